@@ -1,0 +1,191 @@
+"""AMD GPUs through AMD SMI (the ``amdsmi`` Python package, which needs the ``amdgpu`` driver).
+
+``amdsmi`` is imported in ``open`` only. Every ``AmdSmiException`` is converted here, in ``_device_error``.
+Units, from AMD's API reference: activity in percent (``"N/A"`` when unknown); VRAM from
+``amdsmi_get_gpu_vram_usage`` in MB; power from ``amdsmi_get_power_info`` in W (``socket_power``, else
+``current_socket_power``, else ``average_socket_power``); the power cap from ``amdsmi_get_power_cap_info``
+in µW on bare metal; temperatures in °C (older releases documented millidegrees: values over 1000 are scaled).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
+from typing import Any
+
+from ..model import DeviceInfo, GpuSample, ProcessSample, Vendor
+from .errors import BackendUnavailable, DeviceError
+
+__all__ = ["AmdSmiBackend"]
+
+MB = 1024 * 1024
+
+# AMD SMI status codes (amdsmi_status_t) that mean "this field is not there", or say what went wrong.
+_STATUS_KINDS = {
+    2: "not_supported",  # AMDSMI_STATUS_NOT_SUPPORTED
+    3: "not_supported",  # AMDSMI_STATUS_NOT_YET_IMPLEMENTED
+    10: "no_permission",  # AMDSMI_STATUS_NO_PERM
+    11: "timeout",  # AMDSMI_STATUS_TIMEOUT (amdsmi_status_t ordering: see the API reference)
+    35: "driver",  # AMDSMI_STATUS_DRIVER_NOT_LOADED
+}
+
+
+def _status(e: Exception) -> int | None:
+    for attr in ("err_code", "error_code", "value"):
+        code = getattr(e, attr, None)
+        if isinstance(code, int):
+            return code
+    return None
+
+
+def _device_error(uuid: str, e: Exception) -> DeviceError:
+    code = _status(e)
+    return DeviceError(uuid, _STATUS_KINDS.get(code, "unknown") if code is not None else "unknown", str(e))
+
+
+def _number(value: Any) -> float | None:
+    """AMD SMI reports unknown values as the string "N/A" (or sentinel maxima); those are absent."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if value in (0xFFFF, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF):
+        return None
+    return float(value)
+
+
+class AmdSmiBackend:
+    """Reads AMD Instinct/Radeon GPUs through AMD SMI."""
+
+    name = "amdsmi"
+
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._smi: ModuleType | None = None
+        self._devices: tuple[DeviceInfo, ...] = ()
+        self._handles: dict[str, Any] = {}
+
+    def open(self) -> None:
+        try:
+            import amdsmi
+        except ImportError as e:
+            raise BackendUnavailable(
+                "amdsmi", "the amdsmi package is not installed", "install it with: pip install 'gpuscale[amd]'"
+            ) from e
+        try:
+            amdsmi.amdsmi_init()
+            handles = list(amdsmi.amdsmi_get_processor_handles())
+        except (amdsmi.AmdSmiException, OSError) as e:
+            raise BackendUnavailable(
+                "amdsmi", f"AMD SMI did not load ({e})", "this machine needs the amdgpu driver; or run with --backend mock"
+            ) from e
+        self._smi = amdsmi
+        try:
+            self._discover(amdsmi, handles)
+        except amdsmi.AmdSmiException as e:
+            self.close()
+            raise BackendUnavailable("amdsmi", f"listing GPUs failed ({e})", "check the driver with amd-smi") from e
+
+    def close(self) -> None:
+        smi, self._smi = self._smi, None
+        self._handles.clear()
+        if smi is not None:
+            try:
+                smi.amdsmi_shut_down()
+            except smi.AmdSmiException:
+                pass
+
+    def devices(self) -> Sequence[DeviceInfo]:
+        return self._devices
+
+    def _optional(self, fn: Callable[..., Any], *args: Any) -> Any:
+        smi = self._smi
+        assert smi is not None
+        try:
+            return fn(*args)
+        except smi.AmdSmiException as e:
+            if _STATUS_KINDS.get(_status(e) or -1) == "not_supported":
+                return None
+            raise
+
+    def _discover(self, smi: ModuleType, handles: list[Any]) -> None:
+        devices = []
+        for index, h in enumerate(handles):
+            uuid = str(smi.amdsmi_get_gpu_device_uuid(h))
+            asic = self._optional(smi.amdsmi_get_gpu_asic_info, h) or {}
+            vram = self._optional(smi.amdsmi_get_gpu_vram_usage, h) or {}
+            cap = self._optional(smi.amdsmi_get_power_cap_info, h) or {}
+            total = _number(vram.get("vram_total"))
+            cap_uw = _number(cap.get("power_cap"))
+            self._handles[uuid] = h
+            devices.append(
+                DeviceInfo(
+                    index=index,
+                    uuid=uuid,
+                    name=str(asic.get("market_name") or "AMD GPU"),
+                    pci_bus_id=str(smi.amdsmi_get_gpu_device_bdf(h)),
+                    memory_total_bytes=None if total is None else int(total * MB),
+                    power_limit_watts=None if cap_uw is None else cap_uw / 1e6,
+                    vendor=Vendor.AMD,
+                )
+            )
+        self._devices = tuple(devices)
+
+    def sample(self, device: DeviceInfo) -> GpuSample:
+        smi = self._smi
+        if smi is None:
+            raise DeviceError(device.uuid, "driver", "AMD SMI is not open")
+        h = self._handles.get(device.uuid)
+        if h is None:
+            raise DeviceError(device.uuid, "lost", "no such device in this AMD SMI session")
+        try:
+            return self._read(smi, device, h)
+        except smi.AmdSmiException as e:
+            raise _device_error(device.uuid, e) from e
+
+    def _read(self, smi: ModuleType, device: DeviceInfo, h: Any) -> GpuSample:
+        opt = self._optional
+        now = self._clock()
+        activity: Mapping[str, Any] = opt(smi.amdsmi_get_gpu_activity, h) or {}
+        vram: Mapping[str, Any] = opt(smi.amdsmi_get_gpu_vram_usage, h) or {}
+        power: Mapping[str, Any] = opt(smi.amdsmi_get_power_info, h) or {}
+        temp = None
+        for sensor in ("HOTSPOT", "EDGE"):
+            kind = getattr(smi.AmdSmiTemperatureType, sensor, None)
+            if kind is not None:
+                temp = _number(opt(smi.amdsmi_get_temp_metric, h, kind, smi.AmdSmiTemperatureMetric.CURRENT))
+                if temp is not None:
+                    break
+        if temp is not None and temp > 1000:
+            temp /= 1000.0
+        clock_info: Mapping[str, Any] = opt(smi.amdsmi_get_clock_info, h, smi.AmdSmiClkType.GFX) or {}
+        watts = None
+        for key in ("socket_power", "current_socket_power", "average_socket_power"):
+            watts = _number(power.get(key))
+            if watts is not None:
+                break
+        used, total = _number(vram.get("vram_used")), _number(vram.get("vram_total"))
+        limit = _number(power.get("power_limit"))
+        return GpuSample(
+            uuid=device.uuid,
+            timestamp=now,
+            gpu_utilization=_number(activity.get("gfx_activity")),
+            memory_utilization=_number(activity.get("umc_activity")),
+            memory_used_bytes=None if used is None else int(used * MB),
+            memory_total_bytes=None if total is None else int(total * MB),
+            temperature_celsius=temp,
+            power_watts=watts,
+            power_limit_watts=(limit if limit is not None else device.power_limit_watts),
+            sm_clock_mhz=_number(clock_info.get("clk")),
+            processes=self._processes(smi, h),
+        )
+
+    def _processes(self, smi: ModuleType, h: Any) -> tuple[ProcessSample, ...]:
+        procs = self._optional(smi.amdsmi_get_gpu_process_list, h) or []
+        out = []
+        for p in procs:
+            if not isinstance(p, Mapping) or not isinstance(p.get("pid"), int):
+                continue  # older releases return bare handles without details
+            usage = p.get("memory_usage") or {}
+            vram = _number(usage.get("vram_mem")) if isinstance(usage, Mapping) else None
+            out.append(ProcessSample(int(p["pid"]), None if vram is None else int(vram), None))
+        return tuple(out)

@@ -1,0 +1,82 @@
+"""Options shared by the commands that read GPUs (``probe``, ``agent``): backend choice and mock settings.
+
+Every option also reads a ``GPUSCALE_*`` environment variable (flags win), read here, in the CLI layer only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from ..backends import BACKEND_NAMES, Backend, create_backend, open_backend
+from ..backends.mock import FileDemand, MockBackend, MockConfig, find_model
+from ..backends.patterns import PATTERN_SYNTAX, parse_patterns
+from ..errors import UsageError
+
+__all__ = ["add_backend_arguments", "backend_from_args", "env", "mock_config_from_args"]
+
+
+def env(name: str, default: str | None = None) -> str | None:
+    """The value of ``GPUSCALE_<NAME>``, or ``default``."""
+    return os.environ.get(f"GPUSCALE_{name}", default)
+
+
+def _int(text: str | None, flag: str) -> int:
+    try:
+        return int(text or "")
+    except ValueError:
+        raise UsageError(f'{flag} "{text}" must be an integer') from None
+
+
+def add_backend_arguments(parser: argparse.ArgumentParser, *, default_node: str | None = None) -> None:
+    g = parser.add_argument_group("GPU backend")
+    g.add_argument(
+        "--backend",
+        default=env("BACKEND", "auto"),
+        help=f"where to read GPUs: {', '.join(BACKEND_NAMES)} (default: auto = NVML, else AMD SMI) [GPUSCALE_BACKEND]",
+    )
+    m = parser.add_argument_group("mock backend")
+    m.add_argument("--mock-gpus", default=env("MOCK_GPUS", "1"), help="number of mock GPUs (default 1)")
+    m.add_argument("--mock-model", default=env("MOCK_MODEL", "h100"),
+                   help="mock GPU model: a100, a10g, h100, h200, l4, mi300x (default h100)")
+    m.add_argument("--mock-seed", default=env("MOCK_SEED", "0"), help="seed for random patterns (default 0)")
+    m.add_argument("--mock-pattern", default=env("MOCK_PATTERN", "constant:0"),
+                   help=f"load per GPU, comma-separated, the last repeats: {PATTERN_SYNTAX}")
+    m.add_argument("--mock-mig", default=env("MOCK_MIG", ""),
+                   help="MIG instances on every mock GPU, comma-separated profiles, e.g. 3g.40gb,3g.40gb")
+    m.add_argument("--mock-demand-file", default=env("MOCK_DEMAND_FILE"),
+                   help="JSON file of per-GPU demand that another program rewrites (overrides the pattern)")
+
+
+def mock_config_from_args(args: argparse.Namespace, *, node: str = "mock") -> MockConfig:
+    gpus = _int(args.mock_gpus, "--mock-gpus")
+    if gpus < 1:
+        raise UsageError(f'--mock-gpus "{args.mock_gpus}" must be at least 1')
+    seed = _int(args.mock_seed, "--mock-seed")
+    mig = tuple(p.strip() for p in args.mock_mig.split(",") if p.strip()) if args.mock_mig else ()
+    return MockConfig(
+        gpus=gpus,
+        model=find_model(args.mock_model),
+        seed=seed,
+        patterns=parse_patterns(args.mock_pattern, seed=seed),
+        node=node,
+        mig_profiles=mig,
+    )
+
+
+def backend_from_args(args: argparse.Namespace, *, node: str = "mock", open_it: bool = True) -> Backend:
+    """Build (and by default open) the backend the flags ask for."""
+    name = args.backend
+    if name == "mock":
+        cfg = mock_config_from_args(args, node=node)
+        demand = FileDemand(Path(args.mock_demand_file)) if args.mock_demand_file else None
+        backend: Backend = MockBackend(cfg, demand=demand)
+        if open_it:
+            backend.open()
+        return backend
+    if name not in BACKEND_NAMES:
+        raise UsageError(f'--backend "{name}" is unknown; choose one of {", ".join(BACKEND_NAMES)}')
+    if not open_it:
+        return create_backend(name)
+    return open_backend(name)

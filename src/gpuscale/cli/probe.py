@@ -1,0 +1,109 @@
+"""``gpuscale probe``: the GPUs this machine has and what they read now, like ``nvidia-smi``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from typing import Any
+
+from ..backends import Backend, DeviceError
+from ..model import DeviceInfo, GpuSample
+from ._options import add_backend_arguments, backend_from_args
+
+__all__ = ["gpu_record", "register"]
+
+GIB = 1024**3
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser("probe", help="show the GPUs and their current readings",
+                              description="Show the GPUs and their current readings.")
+    add_backend_arguments(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object with a `gpus` list")
+    p.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until Ctrl-C")
+    p.set_defaults(func=run)
+
+
+def gpu_record(device: DeviceInfo, sample: GpuSample | None, error: DeviceError | None = None) -> dict[str, Any]:
+    """One GPU as plain JSON data: its identity, then its reading (``null`` fields: not supported)."""
+    rec: dict[str, Any] = dataclasses.asdict(device)
+    rec["vendor"] = device.vendor.value
+    rec["device"] = device.device_name
+    if sample is not None:
+        reading = dataclasses.asdict(sample)
+        reading.pop("uuid")
+        reading["memory_free_bytes"] = sample.memory_free_bytes
+        rec.update(reading)
+    if error is not None:
+        rec["error"] = {"kind": error.kind, "message": error.detail}
+    return rec
+
+
+def _read_all(backend: Backend) -> list[dict[str, Any]]:
+    out = []
+    for dev in backend.devices():
+        try:
+            out.append(gpu_record(dev, backend.sample(dev)))
+        except DeviceError as e:
+            out.append(gpu_record(dev, None, e))
+    return out
+
+
+def _fmt(value: float | None, spec: str, unit: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{unit}"
+
+
+def _table(backend_name: str, records: list[dict[str, Any]]) -> Any:
+    from rich.table import Table
+
+    table = Table(title=f"gpuscale probe — backend {backend_name} — {time.strftime('%H:%M:%S')}",
+                  title_justify="left")
+    for col, justify in [("GPU", "right"), ("Name", "left"), ("UUID", "left"), ("Util", "right"),
+                         ("Mem util", "right"), ("Memory used / total", "right"), ("Temp", "right"),
+                         ("Power / limit", "right"), ("SM clock", "right"), ("Procs", "right")]:
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for r in records:
+        gpu = str(r["index"]) + (f"/{r['gpu_instance_id']}" if r["parent_uuid"] else "")
+        if "error" in r:
+            table.add_row(gpu, r["name"], r["uuid"], f"[red]{r['error']['kind']}: {r['error']['message']}[/red]")
+            continue
+        used, total = r.get("memory_used_bytes"), r.get("memory_total_bytes")
+        mem = "-" if used is None or total is None else f"{used / GIB:.1f} / {total / GIB:.1f} GiB"
+        power = f"{_fmt(r.get('power_watts'), '.0f')} / {_fmt(r.get('power_limit_watts'), '.0f')} W"
+        table.add_row(gpu, r["name"], r["uuid"], _fmt(r.get("gpu_utilization"), ".0f", " %"),
+                      _fmt(r.get("memory_utilization"), ".0f", " %"), mem, _fmt(r.get("temperature_celsius"), ".0f", " °C"),
+                      power, _fmt(r.get("sm_clock_mhz"), ".0f", " MHz"), str(len(r.get("processes") or ())))
+    return table
+
+
+def run(args: argparse.Namespace) -> int:
+    backend = backend_from_args(args)
+    try:
+        if args.watch is None:
+            records = _read_all(backend)
+            if args.json:
+                print(json.dumps({"backend": backend.name, "gpus": records}, indent=2))
+            else:
+                from rich.console import Console
+
+                Console().print(_table(backend.name, records))
+            return 0
+        return _watch(backend, args)
+    finally:
+        backend.close()
+
+
+def _watch(backend: Backend, args: argparse.Namespace) -> int:
+    interval = max(0.1, float(args.watch))
+    if args.json:
+        while True:  # one JSON object per line, for piping
+            print(json.dumps({"backend": backend.name, "gpus": _read_all(backend)}), flush=True)
+            time.sleep(interval)
+    from rich.live import Live
+
+    with Live(_table(backend.name, _read_all(backend)), auto_refresh=False) as live:
+        while True:
+            time.sleep(interval)
+            live.update(_table(backend.name, _read_all(backend)), refresh=True)

@@ -1,0 +1,95 @@
+"""Plain data shared by every layer: what a GPU is and what one reading of it says.
+
+Units are fixed here, once: percentages 0-100, bytes, watts, degrees Celsius, MHz, Unix seconds.
+A field a device does not support is ``None`` (absent), never 0.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+__all__ = ["DeviceInfo", "GpuSample", "ProcessSample", "Vendor"]
+
+
+class Vendor(enum.Enum):
+    """Whose GPU it is; decides which exporter's metric names describe it."""
+
+    NVIDIA = "nvidia"
+    AMD = "amd"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    """A GPU, or a MIG instance of one, as discovered once when a backend opens.
+
+    ``index`` is the driver's index of the physical GPU (for a MIG instance: its parent's).
+    MIG instances are devices of their own with ``parent_uuid`` set.
+    """
+
+    index: int
+    uuid: str
+    name: str
+    pci_bus_id: str
+    memory_total_bytes: int | None
+    power_limit_watts: float | None
+    vendor: Vendor = Vendor.NVIDIA
+    mig_enabled: bool | None = None
+    parent_uuid: str | None = None
+    mig_profile: str | None = None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+    @property
+    def is_mig(self) -> bool:
+        return self.parent_uuid is not None
+
+    @property
+    def device_name(self) -> str:
+        """The ``device`` label dcgm-exporter uses (``nvidia0``), or ``card0`` style for AMD."""
+        prefix = "nvidia" if self.vendor is Vendor.NVIDIA else "card"
+        return f"{prefix}{self.index}"
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSample:
+    """One process using a GPU. ``sm_utilization`` is its share of the GPU's SMs in percent, when known."""
+
+    pid: int
+    used_memory_bytes: int | None = None
+    sm_utilization: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One reading of one device, taken at ``timestamp`` (Unix seconds)."""
+
+    uuid: str
+    timestamp: float
+    gpu_utilization: float | None = None
+    memory_utilization: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    temperature_celsius: float | None = None
+    power_watts: float | None = None
+    power_limit_watts: float | None = None
+    sm_clock_mhz: float | None = None
+    processes: tuple[ProcessSample, ...] = field(default=())
+
+    @property
+    def memory_free_bytes(self) -> int | None:
+        if self.memory_used_bytes is None or self.memory_total_bytes is None:
+            return None
+        return max(0, self.memory_total_bytes - self.memory_used_bytes)
+
+    @property
+    def memory_used_percent(self) -> float | None:
+        if self.memory_used_bytes is None or not self.memory_total_bytes:
+            return None
+        return 100.0 * self.memory_used_bytes / self.memory_total_bytes
+
+    @property
+    def power_percent(self) -> float | None:
+        if self.power_watts is None or not self.power_limit_watts:
+            return None
+        return 100.0 * self.power_watts / self.power_limit_watts
