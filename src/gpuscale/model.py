@@ -7,9 +7,10 @@ A field a device does not support is ``None`` (absent), never 0.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["DeviceInfo", "GpuSample", "ProcessSample", "Vendor"]
+__all__ = ["Assignment", "ContainerRef", "DeviceInfo", "GpuSample", "PodInfo", "ProcessSample", "Vendor"]
 
 
 class Vendor(enum.Enum):
@@ -93,3 +94,32 @@ class GpuSample:
         if self.power_watts is None or not self.power_limit_watts:
             return None
         return 100.0 * self.power_watts / self.power_limit_watts
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerRef:
+    """A container of a pod."""
+
+    namespace: str
+    pod: str
+    container: str
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """A device the kubelet assigned to a container (from the PodResources API), as the device plugin named it:
+    ``GPU-<uuid>``, ``GPU-<uuid>::<replica>`` (time-slicing/MPS), ``MIG-<uuid>``, ``nvidia0``, a PCI bus id…"""
+
+    container: ContainerRef
+    resource_name: str
+    device_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    """A pod on this node, as the Kubernetes API describes it (only what the scaler needs)."""
+
+    namespace: str
+    name: str
+    uid: str
+    labels: Mapping[str, str] = field(default_factory=dict, hash=False)
