@@ -1,0 +1,294 @@
+"""Policies as users write them: a ``keda.sh/v1alpha1 ScaledObject`` or an ``autoscaling/v2
+HorizontalPodAutoscaler``, plus the metric pipeline behind it, parsed into ``engine.Policy``.
+
+Defaults follow the APIs: KEDA's (``pollingInterval`` 30, ``cooldownPeriod`` 300, ``minReplicaCount`` 0,
+``maxReplicaCount`` 100, ``metricType`` AverageValue) and ``SetDefaults_HorizontalPodAutoscalerBehavior``
+(field by field: a given ``policies`` list replaces the default list; unset fields keep their defaults).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, cast
+
+from ._check import Checker
+from .engine import MetricSource, Policy
+from .hpa import (
+    Behavior,
+    HpaSpec,
+    MetricSpec,
+    ScalingPolicy,
+    ScalingRules,
+    TargetType,
+    default_behavior_rules,
+)
+from .keda import Fallback, FallbackBehavior, ScaledObjectSpec, TriggerSpec, hpa_for
+from .quantity import parse_quantity_milli
+from .pipeline import SIGNAL_AGGREGATIONS, SIGNAL_SYNTAX, GpuscalePipeline, PrometheusPipeline, parse_signal
+
+__all__ = ["parse_behavior", "parse_policy"]
+
+_TRIGGER_TYPES = ("prometheus", "external", "external-push")
+_GPUSCALE_KEYS = ("scalerAddress", "metric", "aggregation", "targetValue", "activationValue", "scope", "window")
+_PROM_KEYS = ("serverAddress", "query", "threshold", "activationThreshold", "ignoreNullValues", "namespace",
+              "customHeaders", "queryParameters", "unsafeSsl", "timeout")
+
+
+def _rules(c: Checker, raw: dict[str, object] | None, path: str, direction: Literal["up", "down"]) -> ScalingRules:
+    base = default_behavior_rules(direction)
+    if raw is None:
+        return base
+    c.known(raw, path, ("stabilizationWindowSeconds", "selectPolicy", "policies", "tolerance"))
+    window = c.integer(raw, "stabilizationWindowSeconds", path, default=-1, minimum=0, maximum=3600)
+    select = c.string(raw, "selectPolicy", path, default=base.select_policy, choices=("Max", "Min", "Disabled"))
+    policies: list[ScalingPolicy] = []
+    for i, item in enumerate(c.sequence(raw, "policies", path, required=False)):
+        here = f"{path}.policies[{i}]"
+        if not isinstance(item, dict):
+            c.bad(here, item, "a mapping with type, value, periodSeconds")
+            continue
+        c.known(item, here, ("type", "value", "periodSeconds"))
+        kind = c.string(item, "type", here, default=None, choices=("Pods", "Percent"))
+        value = c.integer(item, "value", here, default=None, minimum=1)
+        period = c.integer(item, "periodSeconds", here, default=None, minimum=1, maximum=1800)
+        policies.append(ScalingPolicy(cast(Literal["Pods", "Percent"], kind), value, period))
+    tol_milli: int | None = None
+    if raw.get("tolerance") is not None:
+        tol_milli = parse_quantity_milli(raw["tolerance"])
+        if tol_milli is None or tol_milli < 0:
+            c.bad(f"{path}.tolerance", raw["tolerance"], 'a quantity >= 0 such as "0.05" or "50m"')
+            tol_milli = None
+    return ScalingRules(
+        stabilization_window_seconds=base.stabilization_window_seconds if window < 0 else window,
+        select_policy=cast(Literal["Max", "Min", "Disabled"], select),
+        policies=tuple(policies) if "policies" in raw else base.policies,
+        tolerance=None if tol_milli is None else tol_milli / 1000,
+    )
+
+
+def parse_behavior(c: Checker, parent: dict[str, object], path: str) -> Behavior | None:
+    raw = c.mapping(parent, "behavior", path, required=False)
+    if raw is None:
+        return None
+    here = f"{path}.behavior"
+    c.known(raw, here, ("scaleUp", "scaleDown"))
+    return Behavior(
+        scale_up=_rules(c, c.mapping(raw, "scaleUp", here, required=False), f"{here}.scaleUp", "up"),
+        scale_down=_rules(c, c.mapping(raw, "scaleDown", here, required=False), f"{here}.scaleDown", "down"),
+    )
+
+
+def _header(c: Checker, doc: dict[str, object], path: str, api: str, kind: str) -> dict[str, object] | None:
+    c.string(doc, "apiVersion", path, default=None, choices=(api,))
+    c.string(doc, "kind", path, default=None, choices=(kind,))
+    spec = c.mapping(doc, "spec", path, required=True)
+    if spec is not None and c.mapping(spec, "scaleTargetRef", f"{path}.spec", required=True) is not None:
+        return spec
+    return spec
+
+
+def _signal_text(pipeline: dict[str, object], name: str) -> object:
+    signals = pipeline.get("signals")
+    if isinstance(signals, dict) and name in signals:
+        return signals[name]
+    return pipeline.get("signal")
+
+
+def _prom_signal(c: Checker, prom: dict[str, object], name: str, path: str, per_pod: bool) -> MetricSource | None:
+    text = _signal_text(prom, name)
+    here = f"{path}.pipeline.prometheus.signal"
+    if text is None:
+        c.fail(here, f'is required for metric "{name}": what the query computes, {SIGNAL_SYNTAX}')
+        return None
+    signal = parse_signal(text) if isinstance(text, str) else None
+    if signal is None or (signal.kind == "per_pod") != per_pod:
+        need = "gpu_utilization (one value per pod)" if per_pod else "demand or AGG(gpu_utilization)"
+        c.bad(here, text, f'for metric "{name}" {need}')
+        return None
+    return MetricSource(signal, "prometheus")
+
+
+def _trigger(c: Checker, raw: object, path: str, prom: dict[str, object]) -> tuple[TriggerSpec, MetricSource] | None:
+    if not isinstance(raw, dict):
+        c.bad(path, raw, "a mapping")
+        return None
+    c.known(raw, path, ("type", "name", "metricType", "metadata", "authenticationRef", "useCachedMetrics"))
+    kind = c.string(raw, "type", path, default=None, choices=_TRIGGER_TYPES)
+    metric_type = c.string(raw, "metricType", path, default="AverageValue", choices=("AverageValue", "Value"))
+    if c.boolean(raw, "useCachedMetrics", path, default=False):
+        c.bad(f"{path}.useCachedMetrics", True, "false (the simulator models live queries only)")
+    meta = c.mapping(raw, "metadata", path, required=True) or {}
+    mpath = f"{path}.metadata"
+    name = str(raw.get("name") or path.rsplit(".", 1)[-1])
+    mt = cast(TargetType, metric_type)
+    if kind == "prometheus":
+        c.known(meta, mpath, _PROM_KEYS)
+        c.string(meta, "serverAddress", mpath, default=None)
+        c.string(meta, "query", mpath, default=None)
+        target = c.number(meta, "threshold", mpath, default=None, minimum=0, exclusive=True, text=True)
+        activation = c.number(meta, "activationThreshold", mpath, default=0.0, minimum=0, text=True)
+        ignore = c.boolean(meta, "ignoreNullValues", mpath, default=True, text=True)
+        src = _prom_signal(c, prom, name, path.split(".scaledObject", 1)[0], per_pod=False)
+        if src is None:
+            return None
+        trig = TriggerSpec(name, "prometheus", mt, target, activation, str(src.signal), ignore_null_values=ignore)
+        return trig, MetricSource(src.signal, "prometheus", trig)
+    c.known(meta, mpath, _GPUSCALE_KEYS)
+    c.string(meta, "scalerAddress", mpath, default=None)
+    c.string(meta, "metric", mpath, default="gpu_utilization", choices=("gpu_utilization",))
+    agg = c.string(meta, "aggregation", mpath, default="avg",
+                   choices=tuple(a for a in SIGNAL_AGGREGATIONS if a != "count"))
+    target = c.number(meta, "targetValue", mpath, default=None, minimum=0, exclusive=True, text=True)
+    activation = c.number(meta, "activationValue", mpath, default=0.0, minimum=0, text=True)
+    scope = c.string(meta, "scope", mpath, default="workload", choices=("workload", "node", "pool"))
+    window = int(c.number(meta, "window", mpath, default=0, minimum=0, text=True))
+    signal = parse_signal(f"{agg}(gpu_utilization)")
+    assert signal is not None
+    trig = TriggerSpec(name, cast(Literal["external", "external-push"], kind), mt, target, activation, str(signal),
+                       cast(Literal["workload", "node", "pool"], scope), window)
+    return trig, MetricSource(signal, "gpuscale", trig)
+
+
+def _scaled_object(c: Checker, doc: dict[str, object], path: str, prom: dict[str, object]) -> Policy | None:
+    spec = _header(c, doc, path, "keda.sh/v1alpha1", "ScaledObject")
+    if spec is None:
+        return None
+    sp = f"{path}.spec"
+    c.known(spec, sp, ("scaleTargetRef", "pollingInterval", "cooldownPeriod", "initialCooldownPeriod",
+                       "minReplicaCount", "maxReplicaCount", "idleReplicaCount", "fallback", "advanced", "triggers"))
+    minimum = c.integer(spec, "minReplicaCount", sp, default=0, minimum=0)
+    maximum = c.integer(spec, "maxReplicaCount", sp, default=100, minimum=0)
+    if maximum < minimum or maximum == 0:
+        c.bad(f"{sp}.maxReplicaCount", maximum, f"an integer >= 1 and >= minReplicaCount ({minimum})")
+    idle: int | None = None
+    if spec.get("idleReplicaCount") is not None:
+        idle = c.integer(spec, "idleReplicaCount", sp, default=0, minimum=0)
+        if idle >= minimum:
+            c.bad(f"{sp}.idleReplicaCount", idle, f"an integer < minReplicaCount ({minimum})")
+    fallback: Fallback | None = None
+    fb = c.mapping(spec, "fallback", sp, required=False)
+    if fb is not None:
+        c.known(fb, f"{sp}.fallback", ("failureThreshold", "replicas", "behavior"))
+        fallback = Fallback(
+            c.integer(fb, "failureThreshold", f"{sp}.fallback", default=None, minimum=1),
+            c.integer(fb, "replicas", f"{sp}.fallback", default=None, minimum=1),
+            cast(FallbackBehavior, c.string(fb, "behavior", f"{sp}.fallback", default="static", choices=(
+                "static", "currentReplicas", "currentReplicasIfHigher", "currentReplicasIfLower"))),
+        )
+    behavior = None
+    adv = c.mapping(spec, "advanced", sp, required=False)
+    if adv is not None:
+        c.known(adv, f"{sp}.advanced", ("horizontalPodAutoscalerConfig", "restoreToOriginalReplicaCount"))
+        hc = c.mapping(adv, "horizontalPodAutoscalerConfig", f"{sp}.advanced", required=False)
+        if hc is not None:
+            hp = f"{sp}.advanced.horizontalPodAutoscalerConfig"
+            c.known(hc, hp, ("name", "behavior"))
+            behavior = parse_behavior(c, hc, hp)
+    parsed = [_trigger(c, t, f"{sp}.triggers[{i}]", prom)
+              for i, t in enumerate(c.sequence(spec, "triggers", sp, required=True))]
+    pairs = [p for p in parsed if p is not None]
+    so = ScaledObjectSpec(
+        triggers=tuple(t for t, _ in pairs),
+        polling_interval=c.integer(spec, "pollingInterval", sp, default=30, minimum=1),
+        cooldown_period=c.integer(spec, "cooldownPeriod", sp, default=300, minimum=0),
+        initial_cooldown_period=c.integer(spec, "initialCooldownPeriod", sp, default=0, minimum=0),
+        min_replica_count=minimum,
+        max_replica_count=max(maximum, 1),
+        idle_replica_count=idle,
+        fallback=fallback,
+        behavior=behavior,
+    )
+    return Policy("", hpa_for(so), tuple(s for _, s in pairs), scaled_object=so)
+
+
+def _hpa(c: Checker, doc: dict[str, object], path: str, prom: dict[str, object]) -> Policy | None:
+    spec = _header(c, doc, path, "autoscaling/v2", "HorizontalPodAutoscaler")
+    if spec is None:
+        return None
+    sp = f"{path}.spec"
+    c.known(spec, sp, ("scaleTargetRef", "minReplicas", "maxReplicas", "metrics", "behavior"))
+    minimum = c.integer(spec, "minReplicas", sp, default=1, minimum=1)
+    maximum = c.integer(spec, "maxReplicas", sp, default=None, minimum=1)
+    if maximum < minimum:
+        c.bad(f"{sp}.maxReplicas", maximum, f"an integer >= minReplicas ({minimum})")
+    metrics: list[MetricSpec] = []
+    sources: list[MetricSource] = []
+    for i, m in enumerate(c.sequence(spec, "metrics", sp, required=True)):
+        here = f"{sp}.metrics[{i}]"
+        if not isinstance(m, dict):
+            c.bad(here, m, "a mapping")
+            continue
+        kind = c.string(m, "type", here, default=None, choices=("Pods", "External"))
+        key = kind.lower()
+        c.known(m, here, ("type", key))
+        body = c.mapping(m, key, here, required=True) or {}
+        metric = c.mapping(body, "metric", f"{here}.{key}", required=True) or {}
+        name = c.string(metric, "name", f"{here}.{key}.metric", default=None)
+        target = c.mapping(body, "target", f"{here}.{key}", required=True) or {}
+        tp = f"{here}.{key}.target"
+        allowed = ("AverageValue",) if kind == "Pods" else ("AverageValue", "Value")
+        ttype = c.string(target, "type", tp, default=None, choices=allowed)
+        field = "averageValue" if ttype == "AverageValue" else "value"
+        milli = c.quantity(target, field, tp, required=True)
+        src = _prom_signal(c, prom, name, path.rsplit(".hpa", 1)[0], per_pod=kind == "Pods")
+        if milli is not None and src is not None:
+            metrics.append(MetricSpec(name, cast(Literal["Pods", "External"], kind), cast(TargetType, ttype), milli))
+            sources.append(src)
+    spec_obj = HpaSpec(minimum, max(maximum, minimum), tuple(metrics), parse_behavior(c, spec, sp))
+    return Policy("", spec_obj, tuple(sources))
+
+
+def _pipelines(c: Checker, raw: dict[str, object], path: str) -> tuple[GpuscalePipeline, PrometheusPipeline, dict[str, object]]:
+    pipe = c.mapping(raw, "pipeline", path, required=False) or {}
+    pp = f"{path}.pipeline"
+    c.known(pipe, pp, ("gpuscale", "prometheus"))
+    g = c.mapping(pipe, "gpuscale", pp, required=False) or {}
+    c.known(g, f"{pp}.gpuscale", ("samplingIntervalSeconds", "delaySeconds"))
+    gpuscale = GpuscalePipeline(
+        c.integer(g, "samplingIntervalSeconds", f"{pp}.gpuscale", default=1, minimum=1),
+        c.integer(g, "delaySeconds", f"{pp}.gpuscale", default=0, minimum=0),
+    )
+    p = c.mapping(pipe, "prometheus", pp, required=False) or {}
+    ppp = f"{pp}.prometheus"
+    c.known(p, ppp, ("exporterIntervalSeconds", "scrapeIntervalSeconds", "delaySeconds", "rangeSeconds",
+                     "signal", "signals"))
+    prometheus = PrometheusPipeline(
+        c.integer(p, "exporterIntervalSeconds", ppp, default=30, minimum=1),
+        c.integer(p, "scrapeIntervalSeconds", ppp, default=30, minimum=1),
+        c.integer(p, "delaySeconds", ppp, default=0, minimum=0),
+        c.integer(p, "rangeSeconds", ppp, default=0, minimum=0),
+    )
+    return gpuscale, prometheus, p
+
+
+def parse_policy(c: Checker, raw: object, path: str) -> Policy | None:
+    if not isinstance(raw, dict):
+        c.bad(path, raw, "a mapping with name and scaledObject or hpa")
+        return None
+    c.known(raw, path, ("name", "description", "pipeline", "scaledObject", "hpa", "hpaSyncOffsetSeconds",
+                        "kedaPollOffsetSeconds", "initialReplicas"))
+    name = c.string(raw, "name", path, default=None)
+    gpuscale, prometheus, prom_raw = _pipelines(c, raw, path)
+    has_so, has_hpa = raw.get("scaledObject") is not None, raw.get("hpa") is not None
+    if has_so == has_hpa:
+        c.fail(path, "needs exactly one of scaledObject, hpa")
+        return None
+    if has_so:
+        doc = c.mapping(raw, "scaledObject", path, required=True)
+        policy = _scaled_object(c, doc, f"{path}.scaledObject", prom_raw) if doc is not None else None
+    else:
+        doc = c.mapping(raw, "hpa", path, required=True)
+        policy = _hpa(c, doc, f"{path}.hpa", prom_raw) if doc is not None else None
+    if policy is None:
+        return None
+    initial = c.integer(raw, "initialReplicas", path, default=-1, minimum=0)
+    return Policy(
+        name=name,
+        hpa=policy.hpa,
+        sources=policy.sources,
+        scaled_object=policy.scaled_object,
+        gpuscale=gpuscale,
+        prometheus=prometheus,
+        hpa_offset_seconds=c.integer(raw, "hpaSyncOffsetSeconds", path, default=0, minimum=0),
+        keda_offset_seconds=c.integer(raw, "kedaPollOffsetSeconds", path, default=0, minimum=0),
+        initial_replicas=None if initial < 0 else initial,
+    )

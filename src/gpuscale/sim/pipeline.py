@@ -1,0 +1,141 @@
+"""The metric pipeline: which instants of the true state a scaler sees, and what it computes from them.
+
+Pure. A pipeline maps a query time to the *sample instants* behind the answer:
+
+- ``GpuscalePipeline``: the agent samples every ``sampling_interval`` seconds and streams each sample to the
+  scaler at once; a query (KEDA poll, HPA sync) gets the latest sample, ``delay_seconds`` late. A trigger
+  ``window`` averages each GPU over the samples of the last ``window`` seconds.
+- ``PrometheusPipeline``: the exporter collects every ``exporter_interval`` seconds, Prometheus scrapes every
+  ``scrape_interval`` seconds and keeps what the exporter last collected; the query sees the last scrape
+  ``delay_seconds`` late (rule evaluation, network), or with ``range_seconds`` the ``avg_over_time`` of
+  the scrapes in that range.
+
+A *signal* is what the query or the scaler computes: ``demand``, the per-pod ``gpu_utilization`` (for an
+HPA ``Pods`` metric), or ``AGG(gpu_utilization)`` with AGG one of ``SIGNAL_AGGREGATIONS``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from .workload import Observation
+
+__all__ = [
+    "SIGNAL_AGGREGATIONS",
+    "SIGNAL_SYNTAX",
+    "GpuscalePipeline",
+    "PrometheusPipeline",
+    "Signal",
+    "aggregate",
+    "evaluate_scalar",
+    "parse_signal",
+    "per_pod_values",
+]
+
+SIGNAL_AGGREGATIONS = ("avg", "count", "max", "min", "p50", "p90", "p95", "p99", "sum")
+SIGNAL_SYNTAX = "demand, gpu_utilization, or AGG(gpu_utilization) with AGG in " + ", ".join(SIGNAL_AGGREGATIONS)
+_AGG = re.compile(r"^\s*(" + "|".join(SIGNAL_AGGREGATIONS) + r")\s*\(\s*gpu_utilization\s*\)\s*$")
+
+
+@dataclass(frozen=True)
+class Signal:
+    kind: Literal["demand", "per_pod", "aggregate"]
+    aggregation: str = ""
+
+    def __str__(self) -> str:
+        if self.kind == "demand":
+            return "demand"
+        if self.kind == "per_pod":
+            return "gpu_utilization"
+        return f"{self.aggregation}(gpu_utilization)"
+
+
+def parse_signal(text: str) -> Signal | None:
+    stripped = text.strip()
+    if stripped == "demand":
+        return Signal("demand")
+    if stripped == "gpu_utilization":
+        return Signal("per_pod")
+    match = _AGG.match(stripped)
+    return Signal("aggregate", match.group(1)) if match else None
+
+
+@dataclass(frozen=True)
+class GpuscalePipeline:
+    sampling_interval: int = 1
+    delay_seconds: int = 0
+
+    def sample_times(self, t: int, window_seconds: int = 0) -> tuple[int, ...]:
+        last = (t - self.delay_seconds) // self.sampling_interval * self.sampling_interval
+        if last < 0:
+            return ()
+        if window_seconds <= self.sampling_interval:
+            return (last,)
+        first = max(0, last - window_seconds + self.sampling_interval)
+        return tuple(range(last, first - 1, -self.sampling_interval))[::-1]
+
+
+@dataclass(frozen=True)
+class PrometheusPipeline:
+    exporter_interval: int = 30
+    scrape_interval: int = 30
+    delay_seconds: int = 0
+    range_seconds: int = 0
+
+    def _collected(self, scrape_at: int) -> int:
+        return scrape_at // self.exporter_interval * self.exporter_interval
+
+    def sample_times(self, t: int) -> tuple[int, ...]:
+        query_at = t - self.delay_seconds
+        last_scrape = query_at // self.scrape_interval * self.scrape_interval
+        if last_scrape < 0:
+            return ()
+        if self.range_seconds <= 0:
+            return (self._collected(last_scrape),)
+        scrapes = range(last_scrape, max(-1, query_at - self.range_seconds), -self.scrape_interval)
+        return tuple(self._collected(s) for s in reversed(scrapes))
+
+
+def per_pod_values(observations: Sequence[Observation]) -> dict[str, float]:
+    """Each pod's mean over the observations in which it reported a sample."""
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for obs in observations:
+        for name, value in obs.samples().items():
+            sums[name] = sums.get(name, 0.0) + value
+            counts[name] = counts.get(name, 0) + 1
+    return {name: sums[name] / counts[name] for name in sums}
+
+
+def aggregate(values: Sequence[float], aggregation: str) -> float | None:
+    """None when there is nothing to aggregate (an empty query result, no GPU samples)."""
+    if not values:
+        return None
+    if aggregation == "count":
+        return float(len(values))
+    if aggregation == "sum":
+        return float(sum(values))
+    if aggregation == "avg":
+        return sum(values) / len(values)
+    if aggregation == "max":
+        return max(values)
+    if aggregation == "min":
+        return min(values)
+    q = int(aggregation[1:]) / 100  # linear interpolation between closest ranks
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def evaluate_scalar(signal: Signal, observations: Sequence[Observation]) -> float | None:
+    """A scalar signal over the sampled observations; None when the result is empty."""
+    if not observations:
+        return None
+    if signal.kind == "demand":
+        return sum(o.demand for o in observations) / len(observations)
+    return aggregate(list(per_pod_values(observations).values()), signal.aggregation or "avg")

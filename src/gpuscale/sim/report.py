@@ -1,0 +1,82 @@
+"""Run a scenario and write what it produced: ``timeline.csv``, ``summary.json``, ``plot.png``.
+
+``run_scenario`` is pure; ``write_outputs`` is the only function here that touches the file system.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from .engine import Timeline, simulate
+from .scenario import Scenario
+from .summary import Summary, summarize
+from .workload import demand_series, step_time
+
+__all__ = ["Outputs", "Result", "run_scenario", "write_outputs"]
+
+TIMELINE_COLUMNS = (
+    "t", "policy", "demand", "capacity", "replicas_desired", "replicas_ready", "pods", "metric_value",
+    "utilization_pct",
+)
+
+
+@dataclass(frozen=True)
+class Result:
+    scenario: Scenario
+    timelines: tuple[Timeline, ...]
+    summaries: tuple[Summary, ...]
+
+
+@dataclass(frozen=True)
+class Outputs:
+    timeline: Path
+    summary: Path
+    plot: Path
+
+
+def run_scenario(scenario: Scenario) -> Result:
+    demand = demand_series(scenario.demand, scenario.duration_seconds)
+    step_at = scenario.step_at_seconds
+    if step_at is None:
+        step_at = step_time(scenario.demand, demand)
+    timelines = tuple(
+        simulate(p, scenario.workload, demand, scenario.controller) for p in scenario.policies
+    )
+    summaries = tuple(summarize(tl, scenario.workload.gpus_per_replica, step_at) for tl in timelines)
+    return Result(scenario, timelines, summaries)
+
+
+def _fmt(value: float) -> str:
+    return "" if math.isnan(value) else f"{value:.6g}"
+
+
+def write_outputs(result: Result, out_dir: Path) -> Outputs:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    step = result.scenario.timeline_step_seconds
+    timeline_path = out_dir / "timeline.csv"
+    with timeline_path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(TIMELINE_COLUMNS)
+        for tl in result.timelines:
+            for t in range(0, len(tl.demand), step):
+                writer.writerow((
+                    t, tl.policy, _fmt(tl.demand[t]), _fmt(tl.capacity[t]), tl.desired[t], tl.ready[t],
+                    tl.pods[t], _fmt(tl.metric[t]), _fmt(tl.utilization[t]),
+                ))
+    summary_path = out_dir / "summary.json"
+    doc = {
+        "scenario": result.scenario.name,
+        "durationSeconds": result.scenario.duration_seconds,
+        "workload": result.scenario.workload.name,
+        "policies": {s.policy: s.as_dict() for s in result.summaries},
+    }
+    summary_path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    from .plot import plot_result  # matplotlib is imported only when plotting
+
+    plot_path = out_dir / "plot.png"
+    plot_result(result, plot_path)
+    return Outputs(timeline_path, summary_path, plot_path)

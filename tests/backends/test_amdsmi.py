@@ -1,0 +1,81 @@
+"""The AMD SMI backend against a stand-in ``amdsmi`` module that follows AMD's documented API."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from gpuscale.backends import BackendUnavailable, DeviceError, open_backend
+from gpuscale.model import Vendor
+from tests.fakes.amdsmi_fake import AMDSMI_STATUS_DRIVER_NOT_LOADED, FakeAmdGpu, make_module
+
+
+@pytest.fixture
+def gpus(monkeypatch: pytest.MonkeyPatch) -> list[FakeAmdGpu]:
+    g = [FakeAmdGpu("a1b2-0001"), FakeAmdGpu("a1b2-0002", bdf="0000:8c:00.0")]
+    monkeypatch.setitem(sys.modules, "amdsmi", make_module(g))
+    return g
+
+
+def test_discovery_and_units(gpus: list[FakeAmdGpu]) -> None:
+    b = open_backend("amdsmi")
+    d0, d1 = b.devices()
+    assert (d0.uuid, d0.name, d0.pci_bus_id, d0.vendor) == ("a1b2-0001", "AMD Instinct MI300X", "0000:0c:00.0", Vendor.AMD)
+    assert d0.memory_total_bytes == 196592 * 1024 * 1024  # MB → bytes
+    assert d0.power_limit_watts == 750.0  # µW → W
+    s = b.sample(d0)
+    assert (s.gpu_utilization, s.memory_utilization) == (55.0, 20.0)
+    assert s.memory_used_bytes == 1024 * 1024 * 1024
+    assert s.power_watts == 310.0 and s.temperature_celsius == 61.0 and s.sm_clock_mhz == 2100.0
+
+
+def test_na_values_are_absent(gpus: list[FakeAmdGpu]) -> None:
+    gpus[0].gfx = "N/A"
+    gpus[0].socket_power = "N/A"
+    gpus[0].hotspot = None  # not supported: falls back to the edge sensor
+    b = open_backend("amdsmi")
+    s = b.sample(b.devices()[0])
+    assert s.gpu_utilization is None and s.power_watts is None
+    assert s.temperature_celsius == 48.0
+
+
+def test_millidegrees_are_scaled(gpus: list[FakeAmdGpu]) -> None:
+    gpus[0].hotspot = 61000
+    b = open_backend("amdsmi")
+    assert b.sample(b.devices()[0]).temperature_celsius == 61.0
+
+
+def test_processes(gpus: list[FakeAmdGpu]) -> None:
+    gpus[0].processes = [{"name": "python", "pid": 4242, "mem": 1, "memory_usage": {"vram_mem": 2048}}]
+    b = open_backend("amdsmi")
+    (p,) = b.sample(b.devices()[0]).processes
+    assert (p.pid, p.used_memory_bytes, p.sm_utilization) == (4242, 2048, None)
+
+
+def test_failed_read_names_device(gpus: list[FakeAmdGpu]) -> None:
+    b = open_backend("amdsmi")
+    gpus[1].fail = AMDSMI_STATUS_DRIVER_NOT_LOADED
+    with pytest.raises(DeviceError) as e:
+        b.sample(b.devices()[1])
+    assert (e.value.uuid, e.value.kind) == ("a1b2-0002", "driver")
+    assert b.sample(b.devices()[0]).gpu_utilization == 55.0
+
+
+def test_driver_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "amdsmi", make_module([], init_error=AMDSMI_STATUS_DRIVER_NOT_LOADED))
+    with pytest.raises(BackendUnavailable, match="this machine needs the amdgpu driver"):
+        open_backend("amdsmi")
+
+
+def test_auto_falls_back_to_amd_when_nvml_is_missing(gpus: list[FakeAmdGpu], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails, as on a machine without nvidia-ml-py
+    assert open_backend("auto").name == "amdsmi"
+
+
+def test_auto_with_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    monkeypatch.setitem(sys.modules, "amdsmi", None)
+    with pytest.raises(BackendUnavailable) as e:
+        open_backend("auto")
+    assert "no GPU library loaded (nvml: the nvidia-ml-py package is not installed; amdsmi: the amdsmi package" in str(e.value)

@@ -1,0 +1,99 @@
+"""A stand-in for AMD's ``amdsmi`` Python package, following its documented API (ROCm amdsmi py-interface):
+``amdsmi_init``/``amdsmi_shut_down``, ``amdsmi_get_processor_handles``, dict-returning getters with the
+documented keys and units ("N/A" for unknown values), ``AmdSmiException`` ⊃ ``AmdSmiLibraryException`` with
+``err_code``. Test-only: no AMD GPU is available to the project.
+"""
+
+from __future__ import annotations
+
+import enum
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+AMDSMI_STATUS_NOT_SUPPORTED = 2
+AMDSMI_STATUS_DRIVER_NOT_LOADED = 35
+
+
+class AmdSmiException(Exception):
+    pass
+
+
+class AmdSmiLibraryException(AmdSmiException):
+    def __init__(self, err_code: int) -> None:
+        super().__init__(f"Error code:\n\t{err_code}")
+        self.err_code = err_code
+
+
+class AmdSmiTemperatureType(enum.IntEnum):
+    EDGE = 0
+    HOTSPOT = 1
+    JUNCTION = 1
+    VRAM = 2
+
+
+class AmdSmiTemperatureMetric(enum.IntEnum):
+    CURRENT = 0
+
+
+class AmdSmiClkType(enum.IntEnum):
+    SYS = 0
+    GFX = 0
+    MEM = 4
+
+
+@dataclass
+class FakeAmdGpu:
+    uuid: str
+    bdf: str = "0000:0c:00.0"
+    market_name: str = "AMD Instinct MI300X"
+    vram_total_mb: int = 196592
+    vram_used_mb: int = 1024
+    gfx: Any = 55
+    umc: Any = 20
+    socket_power: Any = 310
+    power_cap_uw: int = 750_000_000
+    hotspot: Any = 61
+    edge: Any = 48
+    gfx_clk: int = 2100
+    processes: list[dict[str, Any]] = field(default_factory=list)
+    fail: int | None = None
+
+
+def make_module(gpus: list[FakeAmdGpu], *, init_error: int | None = None) -> types.ModuleType:
+    m = types.ModuleType("amdsmi")
+    m.AmdSmiException = AmdSmiException  # type: ignore[attr-defined]
+    m.AmdSmiLibraryException = AmdSmiLibraryException  # type: ignore[attr-defined]
+    m.AmdSmiTemperatureType = AmdSmiTemperatureType  # type: ignore[attr-defined]
+    m.AmdSmiTemperatureMetric = AmdSmiTemperatureMetric  # type: ignore[attr-defined]
+    m.AmdSmiClkType = AmdSmiClkType  # type: ignore[attr-defined]
+
+    def init(*_: Any) -> None:
+        if init_error is not None:
+            raise AmdSmiLibraryException(init_error)
+
+    def h(g: FakeAmdGpu) -> FakeAmdGpu:
+        if g.fail is not None:
+            raise AmdSmiLibraryException(g.fail)
+        return g
+
+    def temp(g: FakeAmdGpu, kind: AmdSmiTemperatureType, metric: Any) -> Any:
+        value = {AmdSmiTemperatureType.HOTSPOT: h(g).hotspot, AmdSmiTemperatureType.EDGE: g.edge}[kind]
+        if value is None:
+            raise AmdSmiLibraryException(AMDSMI_STATUS_NOT_SUPPORTED)
+        return value
+
+    m.amdsmi_init = init  # type: ignore[attr-defined]
+    m.amdsmi_shut_down = lambda: None  # type: ignore[attr-defined]
+    m.amdsmi_get_processor_handles = lambda: list(gpus)  # type: ignore[attr-defined]
+    m.amdsmi_get_gpu_device_uuid = lambda g: h(g).uuid  # type: ignore[attr-defined]
+    m.amdsmi_get_gpu_device_bdf = lambda g: h(g).bdf  # type: ignore[attr-defined]
+    m.amdsmi_get_gpu_asic_info = lambda g: {"market_name": h(g).market_name, "vendor_id": "0x1002"}  # type: ignore[attr-defined]
+    m.amdsmi_get_gpu_vram_usage = lambda g: {"vram_total": h(g).vram_total_mb, "vram_used": g.vram_used_mb}  # type: ignore[attr-defined]
+    m.amdsmi_get_power_cap_info = lambda g: {"power_cap": h(g).power_cap_uw, "default_power_cap": g.power_cap_uw}  # type: ignore[attr-defined]
+    m.amdsmi_get_gpu_activity = lambda g: {"gfx_activity": h(g).gfx, "umc_activity": g.umc, "mm_activity": "N/A"}  # type: ignore[attr-defined]
+    m.amdsmi_get_power_info = lambda g: {"socket_power": h(g).socket_power, "gfx_voltage": 800}  # type: ignore[attr-defined]
+    m.amdsmi_get_temp_metric = temp  # type: ignore[attr-defined]
+    m.amdsmi_get_clock_info = lambda g, t: {"clk": h(g).gfx_clk, "min_clk": 500, "max_clk": 2100}  # type: ignore[attr-defined]
+    m.amdsmi_get_gpu_process_list = lambda g: list(h(g).processes)  # type: ignore[attr-defined]
+    return m
