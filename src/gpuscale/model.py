@@ -107,8 +107,8 @@ class ContainerRef:
 
 @dataclass(frozen=True, slots=True)
 class Assignment:
-    """A device the kubelet assigned to a container (from the PodResources API), as the device plugin named it:
-    ``GPU-<uuid>``, ``GPU-<uuid>::<replica>`` (time-slicing/MPS), ``MIG-<uuid>``, ``nvidia0``, a PCI bus id…"""
+    """A device the kubelet assigned to a container (PodResources API), as the device plugin named it:
+    ``GPU-<uuid>``, ``GPU-<uuid>::<replica>`` (time-slicing/MPS), ``MIG-<uuid>``, ``nvidia0``, a bus id…"""
 
     container: ContainerRef
     resource_name: str

@@ -20,8 +20,13 @@ def gpus(monkeypatch: pytest.MonkeyPatch) -> list[FakeAmdGpu]:
 
 def test_discovery_and_units(gpus: list[FakeAmdGpu]) -> None:
     b = open_backend("amdsmi")
-    d0, d1 = b.devices()
-    assert (d0.uuid, d0.name, d0.pci_bus_id, d0.vendor) == ("a1b2-0001", "AMD Instinct MI300X", "0000:0c:00.0", Vendor.AMD)
+    d0, _d1 = b.devices()
+    assert (d0.uuid, d0.name, d0.pci_bus_id, d0.vendor) == (
+        "a1b2-0001",
+        "AMD Instinct MI300X",
+        "0000:0c:00.0",
+        Vendor.AMD,
+    )
     assert d0.memory_total_bytes == 196592 * 1024 * 1024  # MB → bytes
     assert d0.power_limit_watts == 750.0  # µW → W
     s = b.sample(d0)
@@ -68,7 +73,9 @@ def test_driver_missing(monkeypatch: pytest.MonkeyPatch) -> None:
         open_backend("amdsmi")
 
 
-def test_auto_falls_back_to_amd_when_nvml_is_missing(gpus: list[FakeAmdGpu], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_falls_back_to_amd_when_nvml_is_missing(
+    gpus: list[FakeAmdGpu], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails, as on a machine without nvidia-ml-py
     assert open_backend("auto").name == "amdsmi"
 
@@ -78,4 +85,7 @@ def test_auto_with_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "amdsmi", None)
     with pytest.raises(BackendUnavailable) as e:
         open_backend("auto")
-    assert "no GPU library loaded (nvml: the nvidia-ml-py package is not installed; amdsmi: the amdsmi package" in str(e.value)
+    assert (
+        "no GPU library loaded (nvml: the nvidia-ml-py package is not installed; amdsmi: the amdsmi package"
+        in str(e.value)
+    )

@@ -83,7 +83,13 @@ def test_other_fields_follow_utilization_plausibly() -> None:
     clock.t += 100
     busy = b.sample(d)
     assert idle.gpu_utilization == 0 and busy.gpu_utilization == 100
-    for field in ("memory_used_bytes", "power_watts", "temperature_celsius", "sm_clock_mhz", "memory_utilization"):
+    for field in (
+        "memory_used_bytes",
+        "power_watts",
+        "temperature_celsius",
+        "sm_clock_mhz",
+        "memory_utilization",
+    ):
         assert getattr(busy, field) > getattr(idle, field), field
     assert busy.power_watts is not None and busy.power_watts <= busy.power_limit_watts  # type: ignore[operator]
     assert busy.memory_used_bytes is not None and busy.memory_used_bytes < d.memory_total_bytes  # type: ignore[operator]
@@ -92,8 +98,16 @@ def test_other_fields_follow_utilization_plausibly() -> None:
 def test_every_field_present() -> None:
     b, _ = make("constant:40", gpus=1)
     s = b.sample(b.devices()[0])
-    for name in ("gpu_utilization", "memory_utilization", "memory_used_bytes", "memory_total_bytes",
-                 "temperature_celsius", "power_watts", "power_limit_watts", "sm_clock_mhz"):
+    for name in (
+        "gpu_utilization",
+        "memory_utilization",
+        "memory_used_bytes",
+        "memory_total_bytes",
+        "temperature_celsius",
+        "power_watts",
+        "power_limit_watts",
+        "sm_clock_mhz",
+    ):
         assert getattr(s, name) is not None, name
 
 

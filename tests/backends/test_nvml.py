@@ -8,7 +8,6 @@ import pytest
 
 from gpuscale.backends import BackendUnavailable, DeviceError, open_backend
 from gpuscale.backends.nvml import NvmlBackend
-
 from tests.fakes.pynvml_fake import (
     NVML_ERROR_DRIVER_NOT_LOADED,
     NVML_ERROR_GPU_IS_LOST,
@@ -80,10 +79,16 @@ def test_processes_with_sm_utilization(gpus: list[FakeGpu]) -> None:
 
 @pytest.mark.parametrize(
     ("code", "kind"),
-    [(NVML_ERROR_GPU_IS_LOST, "lost"), (NVML_ERROR_TIMEOUT, "timeout"), (NVML_ERROR_DRIVER_NOT_LOADED, "driver"),
-     (999, "unknown")],
+    [
+        (NVML_ERROR_GPU_IS_LOST, "lost"),
+        (NVML_ERROR_TIMEOUT, "timeout"),
+        (NVML_ERROR_DRIVER_NOT_LOADED, "driver"),
+        (999, "unknown"),
+    ],
 )
-def test_failed_read_is_a_device_error_for_that_device_only(gpus: list[FakeGpu], code: int, kind: str) -> None:
+def test_failed_read_is_a_device_error_for_that_device_only(
+    gpus: list[FakeGpu], code: int, kind: str
+) -> None:
     b = opened()
     gpus[0].fail = code
     with pytest.raises(DeviceError) as e:

@@ -33,7 +33,11 @@ def test_pattern_values(spec: str, t: float, expected: float) -> None:
 
 
 def test_walk_is_bounded_and_deterministic_for_a_seed() -> None:
-    a, b, c = parse_pattern("walk:20:70", seed=7), parse_pattern("walk:20:70", seed=7), parse_pattern("walk:20:70", seed=8)
+    a, b, c = (
+        parse_pattern("walk:20:70", seed=7),
+        parse_pattern("walk:20:70", seed=7),
+        parse_pattern("walk:20:70", seed=8),
+    )
     ts = [i * 0.5 for i in range(600)]
     va = [a.at(t).utilization for t in ts]
     assert va == [b.at(t).utilization for t in ts]
@@ -68,9 +72,15 @@ def test_patterns_one_per_gpu_last_repeats() -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("sine:1:2", f'mock pattern "sine:1:2" is malformed: sine takes MIN:MAX:PERIOD_S (3 values), got 2; '
-                     f"patterns are {PATTERN_SYNTAX}"),
-        ("zigzag:1", f'mock pattern "zigzag:1" is malformed: unknown kind "zigzag"; patterns are {PATTERN_SYNTAX}'),
+        (
+            "sine:1:2",
+            f'mock pattern "sine:1:2" is malformed: sine takes MIN:MAX:PERIOD_S (3 values), got 2; '
+            f"patterns are {PATTERN_SYNTAX}",
+        ),
+        (
+            "zigzag:1",
+            f'mock pattern "zigzag:1" is malformed: unknown kind "zigzag"; patterns are {PATTERN_SYNTAX}',
+        ),
         ("constant:abc", 'mock pattern "constant:abc": u "abc" is not a number'),
         ("constant:150", 'mock pattern "constant:150": u 150 must be between 0 and 100'),
         ("square:10:20:0", 'mock pattern "square:10:20:0": period_s "0" must be greater than 0'),

@@ -11,15 +11,32 @@ from pathlib import Path
 import pytest
 
 FIELDS = {
-    "index", "uuid", "name", "pci_bus_id", "memory_total_bytes", "power_limit_watts", "mig_enabled",
-    "parent_uuid", "gpu_instance_id", "gpu_utilization", "memory_utilization", "memory_used_bytes",
-    "temperature_celsius", "power_watts", "sm_clock_mhz", "processes", "timestamp",
+    "index",
+    "uuid",
+    "name",
+    "pci_bus_id",
+    "memory_total_bytes",
+    "power_limit_watts",
+    "mig_enabled",
+    "parent_uuid",
+    "gpu_instance_id",
+    "gpu_utilization",
+    "memory_utilization",
+    "memory_used_bytes",
+    "temperature_celsius",
+    "power_watts",
+    "sm_clock_mhz",
+    "processes",
+    "timestamp",
 }
 
 
 def gpuscale(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gpuscale", *args], capture_output=True, text=True, timeout=30,
+        [sys.executable, "-m", "gpuscale", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
         env={**os.environ, **(env or {})},
     )
 
@@ -39,16 +56,32 @@ def test_mock_json_has_every_field() -> None:
 def test_mock_patterns_drive_readings(tmp_path: Path) -> None:
     trace = tmp_path / "t.csv"
     trace.write_text("0,33\n")
-    r = gpuscale("probe", "--backend", "mock", "--mock-gpus", "4", "--json",
-                 "--mock-pattern", f"constant:12,step:70:5:3600,trace:{trace}")
+    r = gpuscale(
+        "probe",
+        "--backend",
+        "mock",
+        "--mock-gpus",
+        "4",
+        "--json",
+        "--mock-pattern",
+        f"constant:12,step:70:5:3600,trace:{trace}",
+    )
     assert r.returncode == 0, r.stderr
     utils = [g["gpu_utilization"] for g in json.loads(r.stdout)["gpus"]]
     assert utils == [12, 70, 33, 33]
 
 
 def test_table_output() -> None:
-    r = gpuscale("probe", "--backend", "mock", "--mock-gpus", "1", "--mock-pattern", "constant:57",
-                 env={"COLUMNS": "200"})
+    r = gpuscale(
+        "probe",
+        "--backend",
+        "mock",
+        "--mock-gpus",
+        "1",
+        "--mock-pattern",
+        "constant:57",
+        env={"COLUMNS": "200"},
+    )
     assert r.returncode == 0, r.stderr
     assert "NVIDIA H100 80GB HBM3" in r.stdout and "57 %" in r.stdout
 
@@ -62,9 +95,18 @@ def test_environment_variables_set_defaults() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--backend", "cuda"], 'gpuscale: error: --backend "cuda" is unknown; choose one of amdsmi, auto, mock, nvml'),
-        (["--backend", "mock", "--mock-pattern", "sine:1"], 'gpuscale: error: mock pattern "sine:1" is malformed'),
-        (["--backend", "mock", "--mock-gpus", "two"], 'gpuscale: error: --mock-gpus "two" must be an integer'),
+        (
+            ["--backend", "cuda"],
+            'gpuscale: error: --backend "cuda" is unknown; choose one of amdsmi, auto, mock, nvml',
+        ),
+        (
+            ["--backend", "mock", "--mock-pattern", "sine:1"],
+            'gpuscale: error: mock pattern "sine:1" is malformed',
+        ),
+        (
+            ["--backend", "mock", "--mock-gpus", "two"],
+            'gpuscale: error: --mock-gpus "two" must be an integer',
+        ),
         (["--backend", "mock", "--mock-model", "v100"], 'gpuscale: error: mock model "v100" is unknown'),
     ],
 )

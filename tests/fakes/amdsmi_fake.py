@@ -90,8 +90,15 @@ def make_module(gpus: list[FakeAmdGpu], *, init_error: int | None = None) -> typ
     m.amdsmi_get_gpu_device_bdf = lambda g: h(g).bdf  # type: ignore[attr-defined]
     m.amdsmi_get_gpu_asic_info = lambda g: {"market_name": h(g).market_name, "vendor_id": "0x1002"}  # type: ignore[attr-defined]
     m.amdsmi_get_gpu_vram_usage = lambda g: {"vram_total": h(g).vram_total_mb, "vram_used": g.vram_used_mb}  # type: ignore[attr-defined]
-    m.amdsmi_get_power_cap_info = lambda g: {"power_cap": h(g).power_cap_uw, "default_power_cap": g.power_cap_uw}  # type: ignore[attr-defined]
-    m.amdsmi_get_gpu_activity = lambda g: {"gfx_activity": h(g).gfx, "umc_activity": g.umc, "mm_activity": "N/A"}  # type: ignore[attr-defined]
+    m.amdsmi_get_power_cap_info = lambda g: {
+        "power_cap": h(g).power_cap_uw,
+        "default_power_cap": g.power_cap_uw,
+    }  # type: ignore[attr-defined]
+    m.amdsmi_get_gpu_activity = lambda g: {
+        "gfx_activity": h(g).gfx,
+        "umc_activity": g.umc,
+        "mm_activity": "N/A",
+    }  # type: ignore[attr-defined]
     m.amdsmi_get_power_info = lambda g: {"socket_power": h(g).socket_power, "gfx_voltage": 800}  # type: ignore[attr-defined]
     m.amdsmi_get_temp_metric = temp  # type: ignore[attr-defined]
     m.amdsmi_get_clock_info = lambda g, t: {"clk": h(g).gfx_clk, "min_clk": 500, "max_clk": 2100}  # type: ignore[attr-defined]

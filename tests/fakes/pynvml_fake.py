@@ -29,8 +29,14 @@ class NVMLError(Exception):
         self.value = value
 
     def __str__(self) -> str:
-        return {3: "Not Supported", 6: "Not Found", 9: "Driver Not Loaded", 12: "NVML Shared Library Not Found",
-                15: "GPU is lost", 10: "Timeout"}.get(self.value, f"Unknown Error {self.value}")
+        return {
+            3: "Not Supported",
+            6: "Not Found",
+            9: "Driver Not Loaded",
+            12: "NVML Shared Library Not Found",
+            15: "GPU is lost",
+            10: "Timeout",
+        }.get(self.value, f"Unknown Error {self.value}")
 
 
 @dataclass
@@ -101,9 +107,13 @@ def make_module(gpus: list[FakeGpu], *, init_error: int | None = None) -> types.
     fn("nvmlDeviceGetTemperature", lambda g, sensor: g.temp)
     fn("nvmlDeviceGetPowerUsage", lambda g: g.power_mw)
     fn("nvmlDeviceGetClockInfo", lambda g, clock: g.sm_clock)
-    fn("nvmlDeviceGetComputeRunningProcesses",
-       lambda g: [ns(pid=p, usedGpuMemory=u, gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
-                  for p, u in g.processes])
+    fn(
+        "nvmlDeviceGetComputeRunningProcesses",
+        lambda g: [
+            ns(pid=p, usedGpuMemory=u, gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
+            for p, u in g.processes
+        ],
+    )
     fn("nvmlDeviceGetProcessUtilization", lambda g, since: _proc_util(g, since))
     return m
 
@@ -115,8 +125,11 @@ def _mig(g: FakeGpu) -> list[int]:
 
 
 def _proc_util(g: FakeGpu, since: int) -> list[Any]:
-    rows = [types.SimpleNamespace(pid=p, smUtil=u, memUtil=0, encUtil=0, decUtil=0, timeStamp=t)
-            for p, u, t in g.proc_util if t > since]
+    rows = [
+        types.SimpleNamespace(pid=p, smUtil=u, memUtil=0, encUtil=0, decUtil=0, timeStamp=t)
+        for p, u, t in g.proc_util
+        if t > since
+    ]
     if not rows:
         raise NVMLError(NVML_ERROR_NOT_FOUND)
     return rows

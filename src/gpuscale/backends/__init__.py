@@ -59,6 +59,7 @@ def open_backend(name: str, *, mock: MockConfig | None = None) -> Backend:
             continue
         return backend
     raise BackendUnavailable(
-        "auto", "no GPU library loaded (" + "; ".join(reasons) + ")",
+        "auto",
+        "no GPU library loaded (" + "; ".join(reasons) + ")",
         "install NVIDIA's or AMD's driver, or choose --backend mock",
     )

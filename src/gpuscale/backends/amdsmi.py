@@ -69,21 +69,27 @@ class AmdSmiBackend:
             import amdsmi
         except ImportError as e:
             raise BackendUnavailable(
-                "amdsmi", "the amdsmi package is not installed", "install it with: pip install 'gpuscale[amd]'"
+                "amdsmi",
+                "the amdsmi package is not installed",
+                "install it with: pip install 'gpuscale[amd]'",
             ) from e
         try:
             amdsmi.amdsmi_init()
             handles = list(amdsmi.amdsmi_get_processor_handles())
         except (amdsmi.AmdSmiException, OSError) as e:
             raise BackendUnavailable(
-                "amdsmi", f"AMD SMI did not load ({e})", "this machine needs the amdgpu driver; or run with --backend mock"
+                "amdsmi",
+                f"AMD SMI did not load ({e})",
+                "this machine needs the amdgpu driver; or run with --backend mock",
             ) from e
         self._smi = amdsmi
         try:
             self._discover(amdsmi, handles)
         except amdsmi.AmdSmiException as e:
             self.close()
-            raise BackendUnavailable("amdsmi", f"listing GPUs failed ({e})", "check the driver with amd-smi") from e
+            raise BackendUnavailable(
+                "amdsmi", f"listing GPUs failed ({e})", "check the driver with amd-smi"
+            ) from e
 
     def close(self) -> None:
         smi, self._smi = self._smi, None

@@ -5,7 +5,7 @@ Hierarchy::
     GpuscaleError
     └── BackendError                 anything a backend raises on purpose
         ├── BackendUnavailable       the library or driver cannot be loaded (no NVML, no amdgpu): nothing to read
-        └── DeviceError              one read of one device failed; the other devices are unaffected
+        └── DeviceError              one read of one device failed; other devices unaffected
             (``kind``: "lost", "not_supported", "timeout", "no_permission", "driver", "unknown")
 
 Vendor exceptions (``pynvml.NVMLError``, ``amdsmi.AmdSmiException``) are converted in exactly one place, in

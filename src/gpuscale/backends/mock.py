@@ -1,6 +1,6 @@
 """The mock backend: simulated GPUs that follow load patterns, for machines without a GPU.
 
-Each GPU's utilization comes from its pattern, unless a ``DemandSource`` says otherwise (the demo drives GPUs
+Each GPU's utilization comes from its pattern, unless a ``DemandSource`` says otherwise (the demo drives
 that way as replicas change). Memory, power, temperature and clocks follow utilization plausibly for the chosen
 model. Everything is a function of (seed, node, time since ``open``), so a run is reproducible for a clock.
 """
@@ -136,7 +136,9 @@ class FileDemand:
             raw = json.loads(self._path.read_text(encoding="utf-8"))
             demands: dict[int, Demand] = {}
             for key, entry in raw.get("gpus", {}).items():
-                procs = tuple(MockProcess(int(p["pid"]), float(p["share"])) for p in entry.get("processes", ()))
+                procs = tuple(
+                    MockProcess(int(p["pid"]), float(p["share"])) for p in entry.get("processes", ())
+                )
                 demands[int(key)] = Demand(float(entry["utilization"]), procs)
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return
@@ -213,7 +215,7 @@ class MockBackend:
                 )
             )
             for gi, profile in enumerate(cfg.mig_profiles, start=1):
-                slices, mem = _parse_mig_profile(profile)
+                _slices, mem = _parse_mig_profile(profile)
                 devices.append(
                     DeviceInfo(
                         index=i,
@@ -257,7 +259,10 @@ class MockBackend:
         used = int(total * mem_pct / 100.0)
         if device.is_mig:
             return GpuSample(
-                uuid=device.uuid, timestamp=now, gpu_utilization=util, memory_used_bytes=used,
+                uuid=device.uuid,
+                timestamp=now,
+                gpu_utilization=util,
+                memory_used_bytes=used,
                 memory_total_bytes=total,
                 processes=tuple(ProcessSample(p.pid, int(used * p.share), None) for p in procs),
             )
@@ -269,10 +274,14 @@ class MockBackend:
             memory_used_bytes=used,
             memory_total_bytes=total,
             temperature_celsius=round(32.0 + 43.0 * util / 100.0, 1),
-            power_watts=round(model.idle_watts + (0.95 * model.power_limit_watts - model.idle_watts) * util / 100, 3),
+            power_watts=round(
+                model.idle_watts + (0.95 * model.power_limit_watts - model.idle_watts) * util / 100, 3
+            ),
             power_limit_watts=model.power_limit_watts,
             sm_clock_mhz=model.max_sm_clock_mhz if util > 0 else model.idle_sm_clock_mhz,
-            processes=tuple(ProcessSample(p.pid, int(used * p.share), round(util * p.share, 3)) for p in procs),
+            processes=tuple(
+                ProcessSample(p.pid, int(used * p.share), round(util * p.share, 3)) for p in procs
+            ),
         )
 
 
@@ -283,5 +292,7 @@ def _parse_mig_profile(profile: str) -> tuple[int, int]:
         slices = int(g)
         gib = int(mem.removesuffix("gb"))
     except ValueError:
-        raise UsageError(f'MIG profile "{profile}" is malformed; expected SLICESg.MEMORYgb, e.g. 3g.40gb') from None
+        raise UsageError(
+            f'MIG profile "{profile}" is malformed; expected SLICESg.MEMORYgb, e.g. 3g.40gb'
+        ) from None
     return slices, gib * 1024 * MIB

@@ -70,7 +70,9 @@ class NvmlBackend:
             import pynvml
         except ImportError as e:
             raise BackendUnavailable(
-                "nvml", "the nvidia-ml-py package is not installed", "install it with: pip install 'gpuscale[nvidia]'"
+                "nvml",
+                "the nvidia-ml-py package is not installed",
+                "install it with: pip install 'gpuscale[nvidia]'",
             ) from e
         try:
             pynvml.nvmlInit()
@@ -85,7 +87,9 @@ class NvmlBackend:
             self._discover(pynvml)
         except pynvml.NVMLError as e:
             self.close()
-            raise BackendUnavailable("nvml", f"listing GPUs failed ({e})", "check the driver with nvidia-smi") from e
+            raise BackendUnavailable(
+                "nvml", f"listing GPUs failed ({e})", "check the driver with nvidia-smi"
+            ) from e
 
     def close(self) -> None:
         nvml, self._nvml = self._nvml, None

@@ -1,4 +1,4 @@
-"""Load patterns for the mock backend: utilization (and optionally memory) as a function of time.
+"""Load patterns for the mock backend: utilization (optionally memory) as a function of time.
 
 A pattern is pure: ``at(t)`` for ``t`` seconds since the backend opened. Specs, as ``--mock-pattern`` takes them::
 
@@ -187,7 +187,11 @@ class Trace:
                     f'mock pattern "{spec}": {path} line {lineno}: expected numbers '
                     f"seconds,utilization[,memory_percent], got {','.join(row)!r}"
                 ) from None
-            if len(values) not in (2, 3) or (mems and len(values) != 3) or (times and len(values) == 3 and not mems):
+            if (
+                len(values) not in (2, 3)
+                or (mems and len(values) != 3)
+                or (times and len(values) == 3 and not mems)
+            ):
                 raise UsageError(
                     f'mock pattern "{spec}": {path} line {lineno}: expected 2 or 3 columns on every row '
                     "(seconds,utilization[,memory_percent])"
@@ -249,8 +253,12 @@ def parse_pattern(spec: str, *, seed: int = 0) -> Pattern:
         a, b, over = _numbers(spec, kind, args, ["from", "to", "over_s"])
         return Ramp(a, b, over)
     if kind in ("sine", "square"):
-        lo, hi, period = _numbers(spec, kind, args, ["min" if kind == "sine" else "low",
-                                                     "max" if kind == "sine" else "high", "period_s"])
+        lo, hi, period = _numbers(
+            spec,
+            kind,
+            args,
+            ["min" if kind == "sine" else "low", "max" if kind == "sine" else "high", "period_s"],
+        )
         if lo > hi:
             raise UsageError(f'mock pattern "{spec}": the first bound {lo:g} is above the second {hi:g}')
         return Sine(lo, hi, period) if kind == "sine" else Square(lo, hi, period)
@@ -263,12 +271,16 @@ def parse_pattern(spec: str, *, seed: int = 0) -> Pattern:
         if not rest:
             raise UsageError(f'mock pattern "{spec}" is malformed: trace takes a CSV path, trace:PATH.csv')
         return Trace.from_csv(Path(rest), spec)
-    raise UsageError(f'mock pattern "{spec}" is malformed: unknown kind "{kind}"; patterns are {PATTERN_SYNTAX}')
+    raise UsageError(
+        f'mock pattern "{spec}" is malformed: unknown kind "{kind}"; patterns are {PATTERN_SYNTAX}'
+    )
 
 
 def parse_patterns(specs: str, *, seed: int = 0) -> tuple[Pattern, ...]:
     """Parse comma-separated specs, one per GPU (the last repeats for the remaining GPUs)."""
     parts = [p for p in specs.split(",")]
     if any(not p.strip() for p in parts):
-        raise UsageError(f'mock pattern "{specs}" has an empty entry; give one pattern per GPU, separated by commas')
+        raise UsageError(
+            f'mock pattern "{specs}" has an empty entry; give one pattern per GPU, separated by commas'
+        )
     return tuple(parse_pattern(p, seed=seed * 1000 + i) for i, p in enumerate(parts))

@@ -29,24 +29,36 @@ def _int(text: str | None, flag: str) -> int:
         raise UsageError(f'{flag} "{text}" must be an integer') from None
 
 
-def add_backend_arguments(parser: argparse.ArgumentParser, *, default_node: str | None = None) -> None:
+def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("GPU backend")
     g.add_argument(
         "--backend",
         default=env("BACKEND", "auto"),
-        help=f"where to read GPUs: {', '.join(BACKEND_NAMES)} (default: auto = NVML, else AMD SMI) [GPUSCALE_BACKEND]",
+        help=f"where to read GPUs: {', '.join(BACKEND_NAMES)} (default auto: NVML, else AMD SMI)",
     )
     m = parser.add_argument_group("mock backend")
     m.add_argument("--mock-gpus", default=env("MOCK_GPUS", "1"), help="number of mock GPUs (default 1)")
-    m.add_argument("--mock-model", default=env("MOCK_MODEL", "h100"),
-                   help="mock GPU model: a100, a10g, h100, h200, l4, mi300x (default h100)")
+    m.add_argument(
+        "--mock-model",
+        default=env("MOCK_MODEL", "h100"),
+        help="mock GPU model: a100, a10g, h100, h200, l4, mi300x (default h100)",
+    )
     m.add_argument("--mock-seed", default=env("MOCK_SEED", "0"), help="seed for random patterns (default 0)")
-    m.add_argument("--mock-pattern", default=env("MOCK_PATTERN", "constant:0"),
-                   help=f"load per GPU, comma-separated, the last repeats: {PATTERN_SYNTAX}")
-    m.add_argument("--mock-mig", default=env("MOCK_MIG", ""),
-                   help="MIG instances on every mock GPU, comma-separated profiles, e.g. 3g.40gb,3g.40gb")
-    m.add_argument("--mock-demand-file", default=env("MOCK_DEMAND_FILE"),
-                   help="JSON file of per-GPU demand that another program rewrites (overrides the pattern)")
+    m.add_argument(
+        "--mock-pattern",
+        default=env("MOCK_PATTERN", "constant:0"),
+        help=f"load per GPU, comma-separated, the last repeats: {PATTERN_SYNTAX}",
+    )
+    m.add_argument(
+        "--mock-mig",
+        default=env("MOCK_MIG", ""),
+        help="MIG instances on every mock GPU, comma-separated profiles, e.g. 3g.40gb,3g.40gb",
+    )
+    m.add_argument(
+        "--mock-demand-file",
+        default=env("MOCK_DEMAND_FILE"),
+        help="JSON file of per-GPU demand that another program rewrites (overrides the pattern)",
+    )
 
 
 def mock_config_from_args(args: argparse.Namespace, *, node: str = "mock") -> MockConfig:

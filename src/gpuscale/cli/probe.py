@@ -18,15 +18,20 @@ GIB = 1024**3
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = subparsers.add_parser("probe", help="show the GPUs and their current readings",
-                              description="Show the GPUs and their current readings.")
+    p = subparsers.add_parser(
+        "probe",
+        help="show the GPUs and their current readings",
+        description="Show the GPUs and their current readings.",
+    )
     add_backend_arguments(p)
     p.add_argument("--json", action="store_true", help="print one JSON object with a `gpus` list")
     p.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until Ctrl-C")
     p.set_defaults(func=run)
 
 
-def gpu_record(device: DeviceInfo, sample: GpuSample | None, error: DeviceError | None = None) -> dict[str, Any]:
+def gpu_record(
+    device: DeviceInfo, sample: GpuSample | None, error: DeviceError | None = None
+) -> dict[str, Any]:
     """One GPU as plain JSON data: its identity, then its reading (``null`` fields: not supported)."""
     rec: dict[str, Any] = dataclasses.asdict(device)
     rec["vendor"] = device.vendor.value
@@ -58,23 +63,44 @@ def _fmt(value: float | None, spec: str, unit: str = "") -> str:
 def _table(backend_name: str, records: list[dict[str, Any]]) -> Any:
     from rich.table import Table
 
-    table = Table(title=f"gpuscale probe — backend {backend_name} — {time.strftime('%H:%M:%S')}",
-                  title_justify="left")
-    for col, justify in [("GPU", "right"), ("Name", "left"), ("UUID", "left"), ("Util", "right"),
-                         ("Mem util", "right"), ("Memory used / total", "right"), ("Temp", "right"),
-                         ("Power / limit", "right"), ("SM clock", "right"), ("Procs", "right")]:
+    table = Table(
+        title=f"gpuscale probe — backend {backend_name} — {time.strftime('%H:%M:%S')}", title_justify="left"
+    )
+    for col, justify in [
+        ("GPU", "right"),
+        ("Name", "left"),
+        ("UUID", "left"),
+        ("Util", "right"),
+        ("Mem util", "right"),
+        ("Memory used / total", "right"),
+        ("Temp", "right"),
+        ("Power / limit", "right"),
+        ("SM clock", "right"),
+        ("Procs", "right"),
+    ]:
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for r in records:
         gpu = str(r["index"]) + (f"/{r['gpu_instance_id']}" if r["parent_uuid"] else "")
         if "error" in r:
-            table.add_row(gpu, r["name"], r["uuid"], f"[red]{r['error']['kind']}: {r['error']['message']}[/red]")
+            table.add_row(
+                gpu, r["name"], r["uuid"], f"[red]{r['error']['kind']}: {r['error']['message']}[/red]"
+            )
             continue
         used, total = r.get("memory_used_bytes"), r.get("memory_total_bytes")
         mem = "-" if used is None or total is None else f"{used / GIB:.1f} / {total / GIB:.1f} GiB"
         power = f"{_fmt(r.get('power_watts'), '.0f')} / {_fmt(r.get('power_limit_watts'), '.0f')} W"
-        table.add_row(gpu, r["name"], r["uuid"], _fmt(r.get("gpu_utilization"), ".0f", " %"),
-                      _fmt(r.get("memory_utilization"), ".0f", " %"), mem, _fmt(r.get("temperature_celsius"), ".0f", " °C"),
-                      power, _fmt(r.get("sm_clock_mhz"), ".0f", " MHz"), str(len(r.get("processes") or ())))
+        table.add_row(
+            gpu,
+            r["name"],
+            r["uuid"],
+            _fmt(r.get("gpu_utilization"), ".0f", " %"),
+            _fmt(r.get("memory_utilization"), ".0f", " %"),
+            mem,
+            _fmt(r.get("temperature_celsius"), ".0f", " °C"),
+            power,
+            _fmt(r.get("sm_clock_mhz"), ".0f", " MHz"),
+            str(len(r.get("processes") or ())),
+        )
     return table
 
 

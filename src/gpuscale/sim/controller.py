@@ -117,7 +117,7 @@ def scale_up_limit(current: int, state: HpaState, rules: ScalingRules, now: int)
         if p.type == "Pods":
             proposed = start + p.value
         else:
-            proposed = int(math.ceil(float(start) * (1 + float(p.value) / 100)))
+            proposed = math.ceil(float(start) * (1 + float(p.value) / 100))
         result = min(result, proposed) if pick_min else max(result, proposed)
     return result
 

@@ -151,4 +151,4 @@ def fallback_milli(
         replicas = min(current, fallback.replicas)
     if metric_type == "AverageValue":
         return target_milli * replicas
-    return int(math.floor(target_milli * replicas / max(ready, 1)))
+    return math.floor(target_milli * replicas / max(ready, 1))

@@ -22,8 +22,8 @@ from .hpa import (
     default_behavior_rules,
 )
 from .keda import Fallback, FallbackBehavior, ScaledObjectSpec, TriggerSpec, hpa_for
-from .quantity import parse_quantity_milli
 from .pipeline import SIGNAL_AGGREGATIONS, SIGNAL_SYNTAX, GpuscalePipeline, PrometheusPipeline, parse_signal
+from .quantity import parse_quantity_milli
 
 __all__ = ["parse_behavior", "parse_policy"]
 

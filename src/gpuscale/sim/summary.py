@@ -13,6 +13,7 @@ Pure. Definitions (also in docs/simulator.md):
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -44,12 +45,12 @@ class Summary:
 
 
 def _changes(desired: tuple[int, ...]) -> list[int]:
-    return [b - a for a, b in zip(desired, desired[1:], strict=False) if b != a]
+    return [b - a for a, b in itertools.pairwise(desired) if b != a]
 
 
 def direction_changes(desired: tuple[int, ...]) -> int:
     signs = [1 if c > 0 else -1 for c in _changes(desired)]
-    return sum(1 for a, b in zip(signs, signs[1:], strict=False) if a != b)
+    return sum(1 for a, b in itertools.pairwise(signs) if a != b)
 
 
 def summarize(tl: Timeline, gpus_per_replica: int, step_at: int | None) -> Summary:

@@ -1,0 +1,31 @@
+"""The offline HPA/KEDA simulator: pure, deterministic, one-second steps, time injected.
+
+Layers inside: ``hpa`` (data + replica calculator) < ``controller`` (one HPA sync) < ``keda`` (operator
+loop, generated HPA) < ``workload`` / ``pipeline`` < ``engine`` (the loop) < ``summary`` < ``manifests`` /
+``scenario`` (parsing) < ``report`` (run + write) < ``plot`` (matplotlib, lazy). Imports nothing outside
+``gpuscale.sim``.
+"""
+
+from __future__ import annotations
+
+from .engine import Policy, Timeline, simulate
+from .errors import ScenarioError, SimError
+from .report import Outputs, Result, run_scenario, write_outputs
+from .scenario import Scenario, parse_scenario
+from .summary import Summary, summarize
+
+__all__ = [
+    "Outputs",
+    "Policy",
+    "Result",
+    "Scenario",
+    "ScenarioError",
+    "SimError",
+    "Summary",
+    "Timeline",
+    "parse_scenario",
+    "run_scenario",
+    "simulate",
+    "summarize",
+    "write_outputs",
+]
