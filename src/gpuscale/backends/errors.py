@@ -4,7 +4,7 @@ Hierarchy::
 
     GpuscaleError
     └── BackendError                 anything a backend raises on purpose
-        ├── BackendUnavailable       the library or driver cannot be loaded (no NVML, no amdgpu): nothing to read
+        ├── BackendUnavailable       the library or driver cannot load (no NVML, no amdgpu): nothing to read
         └── DeviceError              one read of one device failed; other devices unaffected
             (``kind``: "lost", "not_supported", "timeout", "no_permission", "driver", "unknown")
 

@@ -1,8 +1,8 @@
 """The mock backend: simulated GPUs that follow load patterns, for machines without a GPU.
 
 Each GPU's utilization comes from its pattern, unless a ``DemandSource`` says otherwise (the demo drives
-that way as replicas change). Memory, power, temperature and clocks follow utilization plausibly for the chosen
-model. Everything is a function of (seed, node, time since ``open``), so a run is reproducible for a clock.
+that way as replicas change). Memory, power, temperature and clocks follow utilization plausibly for the
+chosen model. Everything is a function of (seed, node, time since ``open``): reproducible for a clock.
 """
 
 from __future__ import annotations

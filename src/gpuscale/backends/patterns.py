@@ -1,6 +1,6 @@
 """Load patterns for the mock backend: utilization (optionally memory) as a function of time.
 
-A pattern is pure: ``at(t)`` for ``t`` seconds since the backend opened. Specs, as ``--mock-pattern`` takes them::
+A pattern is pure: ``at(t)`` for ``t`` seconds since the backend opened. Specs, as ``--mock-pattern`` takes::
 
     constant:U                exactly U
     step:FROM:TO:AT_S         FROM until AT_S, then TO
