@@ -90,5 +90,9 @@ def backend_from_args(args: argparse.Namespace, *, node: str = "mock", open_it: 
     if name not in BACKEND_NAMES:
         raise UsageError(f'--backend "{name}" is unknown; choose one of {", ".join(BACKEND_NAMES)}')
     if not open_it:
+        if name == "auto":  # resolve now, so a missing driver is reported before anything starts
+            probe = open_backend(name)
+            probe.close()
+            name = probe.name
         return create_backend(name)
     return open_backend(name)

@@ -1,0 +1,186 @@
+"""Export: Prometheus series for every GPU, under the names existing dashboards and adapter rules use.
+
+NVIDIA GPUs get dcgm-exporter's names and labels (``DCGM_FI_DEV_GPU_UTIL{gpu, UUID, pci_bus_id, device,
+modelName, Hostname, container, namespace, pod}``), AMD GPUs the AMD device-metrics-exporter's
+(``gpu_gfx_activity{gpu_id, card_model, hostname, …}``). A GPU held by several containers (time-slicing, MPS)
+gets one series per container. A GPU whose reads fail keeps its last values (see
+``gpuscale_agent_sample_age_seconds``); a GPU never read yields nothing: a failed GPU means fewer samples,
+never a failed scrape. Per-container shares of shared GPUs are ``DCGM_CUSTOM_*``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
+
+from ..model import ContainerRef, GpuSample, Vendor
+from .state import GpuView, NodeSnapshot
+
+__all__ = ["AgentMetrics", "GpuCollector"]
+
+MIB = 1024 * 1024
+MB = 1024 * 1024  # AMD's exporter reports VRAM in MB as AMD SMI gives it (MiB)
+
+Getter = Callable[[GpuSample], float | None]
+
+
+def _mib(v: int | None) -> float | None:
+    return None if v is None else v / MIB
+
+
+# (name, help, getter) — help texts as dcgm-exporter's default-counters.csv has them.
+NVIDIA_SERIES: tuple[tuple[str, str, Getter], ...] = (
+    ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", lambda s: s.sm_clock_mhz),
+    ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", lambda s: s.temperature_celsius),
+    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", lambda s: s.power_watts),
+    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", lambda s: s.gpu_utilization),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", lambda s: s.memory_utilization),
+    ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", lambda s: _mib(s.memory_free_bytes)),
+    ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", lambda s: _mib(s.memory_used_bytes)),
+)
+
+AMD_SERIES: tuple[tuple[str, str, Getter], ...] = (
+    ("gpu_gfx_activity", "Graphics engine usage in Percentage (0-100)", lambda s: s.gpu_utilization),
+    ("gpu_umc_activity", "Memory engine usage in Percentage (0-100)", lambda s: s.memory_utilization),
+    ("gpu_used_vram", "Used VRAM memory of the GPU (in MB)", lambda s: _mib(s.memory_used_bytes)),
+    ("gpu_free_vram", "Free VRAM memory of the GPU (in MB)", lambda s: _mib(s.memory_free_bytes)),
+    ("gpu_total_vram", "Total VRAM memory of the GPU (in MB)", lambda s: _mib(s.memory_total_bytes)),
+    ("gpu_junction_temperature", "Current junction/hotspot temperature in Celsius", lambda s: s.temperature_celsius),
+    ("gpu_power_usage", "GPU Power usage in Watts", lambda s: s.power_watts),
+)
+
+CONTAINER_SERIES = (
+    ("DCGM_CUSTOM_PROCESS_SM_UTIL", "SM utilization of the container's processes on this GPU (in %)."),
+    ("DCGM_CUSTOM_PROCESS_MEM_USED", "GPU memory used by the container's processes on this GPU (in MiB)."),
+    ("DCGM_CUSTOM_CONTAINER_MEM_ALLOCATED", "GPU memory allocated to the container on this GPU (in MiB)."),
+    ("DCGM_CUSTOM_PROCESS_GPU_MEM_USED_RATIO", "GPU memory used by the container over its allocation (0-1)."),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerShare:
+    """One container's own use of one GPU, summed over its processes."""
+
+    container: ContainerRef
+    sm_utilization: float | None
+    memory_used_bytes: int
+    memory_allocated_bytes: int | None
+
+
+def container_shares(view: GpuView) -> list[ContainerShare]:
+    """Per-container figures of a GPU: its processes grouped by container; the GPU's memory divided evenly
+    among the containers the kubelet assigned it to (the allocation of a time-sliced replica)."""
+    s = view.latest
+    if s is None:
+        return []
+    holders = sorted({a.container for a in view.assignments}, key=lambda c: (c.namespace, c.pod, c.container))
+    total = s.memory_total_bytes or view.device.memory_total_bytes
+    alloc = None if total is None or not holders else total // len(holders)
+    sm: dict[ContainerRef, float | None] = {c: None for c in holders}
+    mem: dict[ContainerRef, int] = {c: 0 for c in holders}
+    for p in s.processes:
+        ref = view.owners.get(p.pid)
+        if ref is None:
+            continue
+        if p.sm_utilization is not None:
+            sm[ref] = (sm.get(ref) or 0.0) + p.sm_utilization
+        else:
+            sm.setdefault(ref, None)
+        mem[ref] = mem.get(ref, 0) + (p.used_memory_bytes or 0)
+    if s.processes and any(p.sm_utilization is not None for p in s.processes):
+        sm = {c: (0.0 if v is None else v) for c, v in sm.items()}  # no process of it ran: 0, not unknown
+    return [ContainerShare(c, sm[c], mem.get(c, 0), alloc if c in holders else None) for c in sm]
+
+
+class AgentMetrics:
+    """The ``gpuscale_agent_*`` series about the agent itself, registered on the agent's registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.samples = Counter("gpuscale_agent_samples", "GPU reads that succeeded.", registry=registry)
+        self.read_errors = Counter("gpuscale_agent_read_errors", "GPU reads that failed, by GPU and kind.",
+                                   ["gpu", "UUID", "kind"], registry=registry)
+        self.round_duration = Histogram(
+            "gpuscale_agent_sample_duration_seconds", "Time to read every GPU once.", registry=registry,
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+        )
+        self.attribution_refreshes = Counter("gpuscale_agent_attribution_refreshes",
+                                             "Refreshes of GPU-to-pod attribution from the kubelet, by result.",
+                                             ["result"], registry=registry)
+        self.backend_reopens = Counter("gpuscale_agent_backend_reopens", "Times the GPU backend was re-opened.",
+                                       registry=registry)
+        self.watch_streams = Gauge("gpuscale_agent_watch_streams", "Open Watch streams.", registry=registry)
+        self.pod_watch_errors = Counter("gpuscale_agent_pod_watch_errors",
+                                        "Errors watching this node's pods in the Kubernetes API.", registry=registry)
+
+
+class GpuCollector(Collector):
+    """Yields the GPU series from the latest ``NodeSnapshot``, read at scrape time (never the driver)."""
+
+    def __init__(self, snapshot: Callable[[], NodeSnapshot], *, hostname_label: str = "Hostname",
+                 backend: str = "", clock: Callable[[], float] = time.time) -> None:
+        self._snapshot = snapshot
+        self._host = hostname_label
+        self._backend = backend
+        self._clock = clock
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # series vary with the node: skip the registry's describe-time collection
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._snapshot()
+        now = self._clock()
+        families = {name: Metric(name, doc, "gauge") for name, doc, _ in (*NVIDIA_SERIES, *AMD_SERIES)}
+        containers = {name: Metric(name, doc, "gauge") for name, doc in CONTAINER_SERIES}
+        up = Metric("gpuscale_agent_gpu_up", "1 if the last read of the GPU succeeded, else 0.", "gauge")
+        age = Metric("gpuscale_agent_sample_age_seconds", "Age of the newest good sample of the GPU.", "gauge")
+        for view in snap.gpus:
+            d = view.device
+            ident = {"gpu": str(d.index), "UUID": d.uuid}
+            up.add_sample(up.name, ident, 0.0 if view.error is not None or view.latest is None else 1.0)
+            if view.latest is None:
+                continue
+            age.add_sample(age.name, ident, max(0.0, now - view.latest.timestamp))
+            series = NVIDIA_SERIES if d.vendor is Vendor.NVIDIA else AMD_SERIES
+            for labels in self._label_sets(view, snap.node_name):
+                for name, _, get in series:
+                    value = get(view.latest)
+                    if value is not None:
+                        families[name].add_sample(name, labels, value)
+            for share in container_shares(view):
+                c = share.container
+                labels = {**ident, "NamespaceName": c.namespace, "PodName": c.pod, "ContainerName": c.container,
+                          "NodeName": snap.node_name}
+                values = (
+                    share.sm_utilization,
+                    share.memory_used_bytes / MIB,
+                    None if share.memory_allocated_bytes is None else share.memory_allocated_bytes / MIB,
+                    None if not share.memory_allocated_bytes else share.memory_used_bytes / share.memory_allocated_bytes,
+                )
+                for (name, _), value in zip(CONTAINER_SERIES, values, strict=True):
+                    if value is not None:
+                        containers[name].add_sample(name, labels, value)
+        yield from (m for m in families.values() if m.samples)
+        yield from (m for m in containers.values() if m.samples)
+        yield up
+        yield age
+
+    def _label_sets(self, view: GpuView, node: str) -> list[dict[str, str]]:
+        d = view.device
+        if d.vendor is Vendor.NVIDIA:
+            base = {"gpu": str(d.index), "UUID": d.parent_uuid or d.uuid, "pci_bus_id": d.pci_bus_id,
+                    "device": d.device_name, "modelName": d.name}
+            if d.is_mig:
+                base["GPU_I_PROFILE"] = d.mig_profile or ""
+                base["GPU_I_ID"] = "" if d.gpu_instance_id is None else str(d.gpu_instance_id)
+            base[self._host] = node
+        else:
+            base = {"gpu_id": str(d.index), "gpu_uuid": d.uuid, "card_model": d.name, "hostname": node}
+        holders = sorted({a.container for a in view.assignments}, key=lambda c: (c.namespace, c.pod, c.container))
+        if not holders:
+            return [base]
+        return [{**base, "container": c.container, "namespace": c.namespace, "pod": c.pod} for c in holders]

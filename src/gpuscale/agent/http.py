@@ -1,0 +1,39 @@
+"""The agent's HTTP endpoints: ``/metrics`` (Prometheus text or OpenMetrics, as asked), ``/healthz``, ``/readyz``.
+
+Served from the event loop with aiohttp; a scrape only formats what is in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+
+__all__ = ["make_app"]
+
+
+def make_app(registry: CollectorRegistry, *, healthy: Callable[[], str | None],
+             ready: Callable[[], str | None]) -> web.Application:
+    """``healthy``/``ready`` return ``None`` when fine, else the reason (served with status 503)."""
+
+    async def metrics(request: web.Request) -> web.Response:
+        encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+        body = encoder(registry)
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    def probe(check: Callable[[], str | None]) -> Callable[[web.Request], object]:
+        async def handler(request: web.Request) -> web.Response:
+            problem = check()
+            if problem is None:
+                return web.Response(text="ok\n")
+            return web.Response(status=503, text=problem + "\n")
+
+        return handler
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", probe(healthy))  # type: ignore[arg-type]
+    app.router.add_get("/readyz", probe(ready))  # type: ignore[arg-type]
+    return app

@@ -1,0 +1,229 @@
+"""The agent, wired: sampling loop → state → (/metrics, Watch), plus the attribution and pod-label loops."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+import uuid as uuidlib
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol
+
+import grpc
+import grpc.aio
+from aiohttp import web
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from prometheus_client import CollectorRegistry
+
+from .._proto import agent_pb2, agent_pb2_grpc
+from ..backends.base import Backend
+from ..kube.errors import KubeError
+from ..kube.podresources import PodResourcesClient
+from ..model import ContainerRef, PodInfo
+from .attribution import match_assignments
+from .exporter import AgentMetrics, GpuCollector
+from .http import make_app
+from .owners import OwnerResolver
+from .sampler import Sampler
+from .settings import AgentSettings
+from .state import NodeState
+from .watch import WatchService
+
+__all__ = ["Agent", "PodSource"]
+
+log = logging.getLogger(__name__)
+
+
+class PodSource(Protocol):
+    """This node's pods (the Kubernetes API watcher implements it)."""
+
+    @property
+    def version(self) -> int: ...
+
+    def pods(self) -> Mapping[tuple[str, str], PodInfo]: ...
+
+    def container_by_id(self, container_id: str) -> ContainerRef | None: ...
+
+    async def run(self) -> None: ...
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+class Agent:
+    """One node's agent. ``start`` binds its servers (port 0 picks a free port: see ``grpc_port`` and
+    ``metrics_port``); ``stop`` ends everything."""
+
+    def __init__(self, settings: AgentSettings, backend: Backend, *, pods: PodSource | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.settings = settings
+        self.agent_id = uuidlib.uuid4().hex[:12]
+        self.registry = CollectorRegistry()
+        self.metrics = AgentMetrics(self.registry)
+        self.state = NodeState(settings.node_name, settings.history_length)
+        self.sampler = Sampler(backend, read_timeout=settings.read_timeout, clock=clock)
+        self._pods = pods
+        self._owners = OwnerResolver(settings.proc_root, pods)
+        self._clock = clock
+        self.registry.register(GpuCollector(lambda: self.state.snapshot, hostname_label=settings.hostname_label,
+                                            backend=backend.name, clock=clock))
+        self._grpc: grpc.aio.Server | None = None
+        self._http: web.AppRunner | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._kubelet: PodResourcesClient | None = None
+        self.grpc_port = 0
+        self.metrics_port = 0
+        self._last_round_end = 0.0
+        self.extra_services: list[Callable[[grpc.aio.Server], None]] = []
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        s = self.settings
+        self.state.set_devices(await self.sampler.open())
+        log.info("node %s: %d GPUs on backend %s", s.node_name, len(self.state.devices), self.sampler.backend.name)
+        await self._start_grpc()
+        await self._start_http()
+        self._tasks.append(asyncio.create_task(self._loop("sampling", self._sample_forever)))
+        self._tasks.append(asyncio.create_task(self._loop("attribution", self._attribute_forever)))
+        if self._pods is not None:
+            self._tasks.append(asyncio.create_task(self._loop("pod watch", self._pods.run)))
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        self._tasks.clear()
+        if self._grpc is not None:
+            await self._grpc.stop(grace=0.5)
+        if self._http is not None:
+            await self._http.cleanup()
+        if self._kubelet is not None:
+            await self._kubelet.close()
+        self.sampler.close()
+
+    async def _start_grpc(self) -> None:
+        server = grpc.aio.server()
+        agent_pb2_grpc.add_AgentServicer_to_server(
+            WatchService(self.state, agent_id=self.agent_id, interval=self.settings.interval,
+                         history_seconds=self.settings.history_seconds, metrics=self.metrics, clock=self._clock),
+            server,
+        )
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        for add in self.extra_services:
+            add(server)
+        names = [agent_pb2.DESCRIPTOR.services_by_name["Agent"].full_name, health.SERVICE_NAME,
+                 reflection.SERVICE_NAME]
+        reflection.enable_server_reflection(names, server)
+        host, port = split_address(self.settings.grpc_address)
+        self.grpc_port = server.add_insecure_port(f"{host}:{port}")
+        await server.start()
+        await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        await health_servicer.set(names[0], health_pb2.HealthCheckResponse.SERVING)
+        self._grpc = server
+
+    async def _start_http(self) -> None:
+        app = make_app(self.registry, healthy=self._health_problem, ready=self._ready_problem)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        host, port = split_address(self.settings.metrics_address)
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        self.metrics_port = sockets[0].getsockname()[1] if sockets else port
+        self._http = runner
+
+    def _health_problem(self) -> str | None:
+        if self.state.rounds == 0:
+            return None  # starting
+        stalled = self._clock() - self._last_round_end
+        limit = 3 * self.settings.interval + self.settings.read_timeout
+        return None if stalled <= limit else f"the sampling loop has not finished a round for {stalled:.0f}s"
+
+    def _ready_problem(self) -> str | None:
+        return None if self.state.rounds > 0 else "no GPU has been sampled yet"
+
+    async def _loop(self, name: str, body: Callable[[], Awaitable[None]]) -> None:
+        """Run a background loop forever: a crash is logged and the loop restarts after a pause."""
+        while True:
+            try:
+                await body()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("the %s loop failed; restarting it in 1s", name)
+                await asyncio.sleep(1.0)
+
+    # -- collect → transform -------------------------------------------------------------------------
+    async def _sample_forever(self) -> None:
+        interval = self.settings.interval
+        next_at = time.monotonic()
+        while True:
+            await self.sample_once()
+            next_at += interval
+            delay = next_at - time.monotonic()
+            if delay < 0:  # fell behind (a slow read): skip the missed ticks instead of bursting
+                next_at = time.monotonic()
+                delay = 0
+            await asyncio.sleep(delay)
+
+    async def sample_once(self) -> None:
+        result = await self.sampler.sample_round()
+        if result.reopened:
+            self.metrics.backend_reopens.inc()
+            self.state.set_devices(self.sampler.devices)
+            with contextlib.suppress(KubeError):
+                await self._refresh_attribution()
+        self.metrics.round_duration.observe(result.duration)
+        self.metrics.samples.inc(len(result.samples))
+        by_uuid = {d.uuid: d for d in self.state.devices}
+        for uuid, err in result.errors.items():
+            dev = by_uuid.get(uuid)
+            self.metrics.read_errors.labels(str(dev.index) if dev else "", uuid, err.kind).inc()
+            if self.state.errors.get(uuid) is None:
+                log.warning("GPU %s read failed (%s): serving its last good sample, marked with its age", uuid, err)
+        for uuid in result.samples:
+            if self.state.errors.get(uuid) is not None:
+                log.info("GPU %s reads again", uuid)
+        if self._pods is not None and self._pods.version != self.state.pods_version:
+            self.state.set_pods(self._clock(), self._pods.pods())
+        owners = self._owners.resolve(self.state, result.samples)
+        self.state.record_round(self._clock(), result.samples, result.errors, owners)
+        self._last_round_end = self._clock()
+
+    async def _attribute_forever(self) -> None:
+        s = self.settings
+        warned = False
+        while True:
+            if os.path.exists(s.kubelet_socket):
+                warned = False
+                try:
+                    await self._refresh_attribution()
+                except KubeError as e:
+                    self.metrics.attribution_refreshes.labels("error").inc()
+                    log.warning("GPU-to-pod attribution not refreshed (%s); keeping the last one", e)
+            elif not warned:
+                warned = True
+                log.warning("kubelet socket %s does not exist: GPUs are not attributed to pods until it does",
+                            s.kubelet_socket)
+            await asyncio.sleep(s.attribution_interval)
+
+    async def _refresh_attribution(self) -> None:
+        if self._kubelet is None:
+            self._kubelet = PodResourcesClient(str(self.settings.kubelet_socket),
+                                               extra_resource_names=self.settings.extra_resource_names)
+        assignments = await self._kubelet.list()
+        self.metrics.attribution_refreshes.labels("ok").inc()
+        if self.state.set_assignments(self._clock(), match_assignments(self.state.devices, assignments)):
+            log.info("GPU attribution changed: %d of %d GPUs held by pods",
+                     len(self.state.assignments), len(self.state.devices))
+

@@ -1,0 +1,115 @@
+"""``gpuscale agent``: the node agent (a DaemonSet on every GPU node)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+from pathlib import Path
+
+from ..agent.service import Agent, PodSource
+from ..agent.settings import AgentSettings
+from ..errors import UsageError
+from ._options import add_backend_arguments, backend_from_args, env
+
+__all__ = ["register"]
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "agent", help="run the node agent: sample GPUs, serve /metrics and the Watch stream",
+        description="Run the node agent: sample every GPU, attribute GPUs to pods, serve Prometheus /metrics "
+        "and the gpuscale.v1.Agent/Watch stream. Every flag also reads GPUSCALE_<FLAG>.",
+    )
+    add_backend_arguments(p)
+    p.add_argument("--node-name", default=env("NODE_NAME") or os.environ.get("NODE_NAME") or socket.gethostname(),
+                   help="this node's name (default: $NODE_NAME, else the host name)")
+    p.add_argument("--interval", default=env("INTERVAL", "1"), help="seconds between samples (default 1)")
+    p.add_argument("--grpc-address", default=env("GRPC_ADDRESS", "0.0.0.0:6000"),
+                   help="HOST:PORT of the gRPC server: Watch, health, reflection (default 0.0.0.0:6000)")
+    p.add_argument("--metrics-address", default=env("METRICS_ADDRESS", "0.0.0.0:9400"),
+                   help="HOST:PORT of /metrics, /healthz, /readyz (default 0.0.0.0:9400)")
+    p.add_argument("--kubelet-socket", default=env("KUBELET_SOCKET", "/var/lib/kubelet/pod-resources/kubelet.sock"),
+                   help="the kubelet PodResources socket; attribution is off while it does not exist")
+    p.add_argument("--hostname-label", default=env("HOSTNAME_LABEL", "Hostname"), choices=["Hostname", "hostname"],
+                   help="the node label's name on GPU series: Hostname (dcgm-exporter ≤ 4.5) or hostname (newer)")
+    p.add_argument("--kubeconfig", default=env("KUBECONFIG_PATH"),
+                   help="kubeconfig for the Kubernetes API (pod labels); default: in-cluster config in a pod, else off")
+    p.add_argument("--history", default=env("HISTORY", "300"), help="seconds of samples kept per GPU (default 300)")
+    p.add_argument("--proc-root", default=env("PROC_ROOT", "/proc"), help=argparse.SUPPRESS)
+    p.add_argument("--extra-resource-names", default=env("EXTRA_RESOURCE_NAMES", ""),
+                   help="more device-plugin resource names to attribute, comma-separated (e.g. nvidia.com/gpu.shared)")
+    p.set_defaults(func=run)
+
+
+def _positive(text: str, flag: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise UsageError(f'{flag} "{text}" must be a number of seconds') from None
+    if not v > 0:
+        raise UsageError(f'{flag} "{text}" must be greater than 0')
+    return v
+
+
+def _address(text: str, flag: str) -> str:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise UsageError(f'{flag} "{text}" must be HOST:PORT, e.g. 0.0.0.0:9400')
+    return text
+
+
+def settings_from_args(args: argparse.Namespace) -> AgentSettings:
+    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and args.kubeconfig is None
+    return AgentSettings(
+        node_name=args.node_name,
+        interval=_positive(args.interval, "--interval"),
+        grpc_address=_address(args.grpc_address, "--grpc-address"),
+        metrics_address=_address(args.metrics_address, "--metrics-address"),
+        kubelet_socket=Path(args.kubelet_socket),
+        hostname_label=args.hostname_label,
+        kubeconfig=args.kubeconfig,
+        in_cluster=in_cluster,
+        history_seconds=_positive(args.history, "--history"),
+        proc_root=Path(args.proc_root),
+        extra_resource_names=tuple(n.strip() for n in args.extra_resource_names.split(",") if n.strip()),
+    )
+
+
+def pod_source(settings: AgentSettings) -> PodSource | None:
+    """The Kubernetes API pod watcher when running in a cluster or given a kubeconfig; else none."""
+    if not settings.in_cluster and settings.kubeconfig is None:
+        return None
+    from ..kube.pods import NodePodWatcher, api_client_from
+
+    return NodePodWatcher(api_client_from(settings.kubeconfig, settings.in_cluster), settings.node_name)
+
+
+async def serve(agent: Agent) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await agent.start()
+    log.info("agent %s serving gRPC on :%d and metrics on :%d", agent.settings.node_name, agent.grpc_port,
+             agent.metrics_port)
+    try:
+        await stop.wait()
+    finally:
+        await agent.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    import prometheus_client
+
+    prometheus_client.disable_created_metrics()  # the *_created series only add noise to GPU dashboards
+    settings = settings_from_args(args)
+    backend = backend_from_args(args, node=settings.node_name, open_it=False)
+    agent = Agent(settings, backend, pods=pod_source(settings))
+    asyncio.run(serve(agent))
+    return 0

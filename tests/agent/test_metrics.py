@@ -1,0 +1,173 @@
+"""The agent's /metrics as a scraper sees it: dcgm-exporter names and labels, attribution, self metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import subprocess
+import time
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpuscale.agent.service import Agent
+from tests.fakes.kubelet import FakeKubelet, pod_resources
+
+from .conftest import AgentFactory
+
+
+async def scrape(agent: Agent, path: str = "/metrics") -> tuple[int, str]:
+    async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{agent.metrics_port}{path}") as r:
+        return r.status, await r.text()
+
+
+def series(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    out = []
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == name:
+                out.append((s.labels, s.value))
+    return out
+
+
+async def eventually(check, timeout: float = 5.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result = await check()
+            if result:
+                return result
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)
+
+
+DCGM = ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
+        "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK"]
+
+
+async def test_series_for_every_gpu_within_two_intervals(start_agent: AgentFactory) -> None:
+    t0 = time.monotonic()
+    agent = await start_agent("constant:10,constant:20,constant:30,constant:40", gpus=4)
+    async def ready() -> str | None:
+        status, text = await scrape(agent)
+        return text if series(text, "DCGM_FI_DEV_GPU_UTIL") else None
+    text = await eventually(ready)
+    assert time.monotonic() - t0 < 2 * 0.1 + 1.0  # two intervals, plus start-up
+    for name in DCGM:
+        got = series(text, name)
+        assert len(got) == 4, name
+    util = {lab["gpu"]: v for lab, v in series(text, "DCGM_FI_DEV_GPU_UTIL")}
+    assert util == {"0": 10, "1": 20, "2": 30, "3": 40}
+    labels, _ = series(text, "DCGM_FI_DEV_GPU_UTIL")[0]
+    assert set(labels) == {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"}
+    assert labels["Hostname"] == "node-a" and labels["device"] == "nvidia0"
+    assert labels["modelName"] == "NVIDIA H100 80GB HBM3" and labels["UUID"].startswith("GPU-")
+    fb_used = series(text, "DCGM_FI_DEV_FB_USED")[0][1]
+    fb_free = series(text, "DCGM_FI_DEV_FB_FREE")[0][1]
+    assert fb_used + fb_free == pytest.approx(81559, abs=1)  # MiB, like dcgm-exporter
+
+
+async def test_health_endpoints(start_agent: AgentFactory) -> None:
+    agent = await start_agent()
+    await eventually(lambda: _status_is(agent, "/readyz", 200))
+    assert (await scrape(agent, "/healthz"))[0] == 200
+
+
+async def _status_is(agent: Agent, path: str, code: int) -> bool:
+    return (await scrape(agent, path))[0] == code
+
+
+async def test_hostname_label_is_configurable(start_agent: AgentFactory) -> None:
+    agent = await start_agent(hostname_label="hostname")
+    text = await eventually(lambda: _text_with(agent, "DCGM_FI_DEV_GPU_UTIL"))
+    assert all("hostname" in lab and "Hostname" not in lab for lab, _ in series(text, "DCGM_FI_DEV_GPU_UTIL"))
+
+
+async def _text_with(agent: Agent, name: str) -> str | None:
+    _, text = await scrape(agent)
+    return text if series(text, name) else None
+
+
+async def test_attributed_gpus_carry_pod_labels(start_agent: AgentFactory, kubelet: FakeKubelet) -> None:
+    agent = await start_agent("constant:50", gpus=3)
+    uuids = [d.uuid for d in agent.state.devices]
+    kubelet.pods = [
+        pod_resources("ai", "llm-0", {"server": [("nvidia.com/gpu", [uuids[0]])]}),
+        # time-sliced: two pods share GPU 1 through replicas GPU-…::0 and GPU-…::1
+        pod_resources("ai", "embed-0", {"main": [("nvidia.com/gpu", [f"{uuids[1]}::0"])]}),
+        pod_resources("ai", "embed-1", {"main": [("nvidia.com/gpu", [f"{uuids[1]}::1"])]}),
+        pod_resources("kube-system", "other", {"c": [("example.com/fpga", ["fpga0"])]}),
+    ]
+
+    async def attributed() -> str | None:
+        text = await _text_with(agent, "DCGM_FI_DEV_GPU_UTIL")
+        if text and any("pod" in lab for lab, _ in series(text, "DCGM_FI_DEV_GPU_UTIL")):
+            return text
+        return None
+
+    text = await eventually(attributed)
+    by_uuid: dict[str, list[dict[str, str]]] = {}
+    for lab, _ in series(text, "DCGM_FI_DEV_GPU_UTIL"):
+        by_uuid.setdefault(lab["UUID"], []).append(lab)
+    (g0,) = by_uuid[uuids[0]]
+    assert (g0["namespace"], g0["pod"], g0["container"]) == ("ai", "llm-0", "server")
+    assert sorted(lab["pod"] for lab in by_uuid[uuids[1]]) == ["embed-0", "embed-1"]
+    (g2,) = by_uuid[uuids[2]]
+    assert not {"namespace", "pod", "container"} & set(g2)  # held by nobody: no pod labels at all
+
+
+async def test_failing_gpu_keeps_last_values_and_is_reported(start_agent: AgentFactory) -> None:
+    from tests.agent.faults import FlakyBackend
+
+    backend = FlakyBackend(gpus=2, patterns="constant:33")
+    agent = await start_agent(backend=backend)
+    await eventually(lambda: _text_with(agent, "DCGM_FI_DEV_GPU_UTIL"))
+    backend.fail(1, "lost")
+
+    async def reported() -> str | None:
+        _, text = await scrape(agent)
+        errs = series(text, "gpuscale_agent_read_errors_total")
+        return text if any(lab["kind"] == "lost" and v >= 2 for lab, v in errs) else None
+
+    text = await eventually(reported)
+    up = {lab["gpu"]: v for lab, v in series(text, "gpuscale_agent_gpu_up")}
+    assert up == {"0": 1.0, "1": 0.0}
+    util = {lab["gpu"]: v for lab, v in series(text, "DCGM_FI_DEV_GPU_UTIL")}
+    assert util == {"0": 33.0, "1": 33.0}  # the last good value is still served …
+    age = {lab["gpu"]: v for lab, v in series(text, "gpuscale_agent_sample_age_seconds")}
+    assert age["1"] > age["0"]  # … marked with its age
+    backend.heal(1)
+    await eventually(lambda: _up_is(agent, "1", 1.0))
+
+
+async def _up_is(agent: Agent, gpu: str, value: float) -> bool:
+    _, text = await scrape(agent)
+    return {lab["gpu"]: v for lab, v in series(text, "gpuscale_agent_gpu_up")}.get(gpu) == value
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian's prometheus package) not installed")
+async def test_promtool_finds_no_problem(start_agent: AgentFactory, kubelet: FakeKubelet) -> None:
+    agent = await start_agent("constant:50", gpus=2)
+    kubelet.pods = [pod_resources("ai", "llm-0", {"server": [("nvidia.com/gpu", [agent.state.devices[0].uuid])]})]
+    await eventually(lambda: _attributed(agent))
+    _, text = await scrape(agent)
+    r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+    problems = [line for line in (r.stdout + r.stderr).splitlines() if line.strip()]
+    # The only complaint allowed: dcgm-exporter's own label names (UUID, modelName, Hostname, PodName…) are
+    # camelCase. They are the compatibility names dashboards and adapter rules query, so they stay.
+    compat = re.compile(r"^DCGM_\w+ label names should be written in 'snake_case' not 'camelCase'$")
+    assert all(compat.match(p) for p in problems), problems
+    # Everything else, the gpuscale_* series included, passes promtool with no remark at all.
+    own = "\n".join(line for line in text.splitlines() if "DCGM_" not in line) + "\n"
+    r = subprocess.run(["promtool", "check", "metrics"], input=own, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and not (r.stdout + r.stderr).strip(), r.stdout + r.stderr
+
+
+async def _attributed(agent: Agent) -> bool:
+    return bool(agent.state.assignments)
