@@ -1,0 +1,108 @@
+"""A real Prometheus server (Debian's ``prometheus`` package) started for a test on a free loopback port."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+__all__ = ["PrometheusServer", "free_port", "prometheus_binary", "run_prometheus"]
+
+
+def prometheus_binary() -> str | None:
+    return shutil.which("prometheus")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class PrometheusServer:
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+
+    def _get(self, path: str, **params: str) -> Any:
+        url = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return json.loads(r.read())
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        """An instant query; the result vector (each item with ``metric`` labels and ``value``)."""
+        body = self._get("/api/v1/query", query=promql)
+        assert body["status"] == "success", body
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
+
+    def wait_for(self, promql: str, timeout: float = 20.0, min_series: int = 1) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while True:
+            result = self.query(promql)
+            if len(result) >= min_series:
+                return result
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no result for {promql!r} within {timeout}s")
+            time.sleep(0.25)
+
+    def targets_up(self) -> bool:
+        body = self._get("/api/v1/targets")
+        active = body["data"]["activeTargets"]
+        return bool(active) and all(t["health"] == "up" for t in active)
+
+
+@contextmanager
+def run_prometheus(tmp: Path, targets: Sequence[str], *, scrape_interval: str = "1s",
+                   honor_labels: bool = True) -> Iterator[PrometheusServer]:
+    binary = prometheus_binary()
+    assert binary, "prometheus is not installed"
+    port = free_port()
+    cfg = tmp / "prometheus.yml"
+    cfg.write_text(
+        "global:\n"
+        f"  scrape_interval: {scrape_interval}\n"
+        f"  evaluation_interval: {scrape_interval}\n"
+        "scrape_configs:\n"
+        "  - job_name: gpuscale-agent\n"
+        f"    honor_labels: {'true' if honor_labels else 'false'}\n"
+        "    static_configs:\n"
+        f"      - targets: [{', '.join(repr(t) for t in targets)}]\n"
+    )
+    data = tmp / "prom-data"
+    log = (tmp / "prometheus.log").open("w")
+    proc = subprocess.Popen(
+        [binary, f"--config.file={cfg}", f"--storage.tsdb.path={data}", f"--web.listen-address=127.0.0.1:{port}",
+         "--storage.tsdb.retention.time=1h", "--log.level=warn"],
+        stdout=subprocess.DEVNULL, stderr=log,
+    )
+    server = PrometheusServer(port)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{server.url}/-/ready", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("prometheus did not start: " + (tmp / "prometheus.log").read_text()[-2000:])
+            time.sleep(0.1)
+        yield server
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
