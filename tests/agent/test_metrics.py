@@ -55,7 +55,7 @@ async def test_series_for_every_gpu_within_two_intervals(start_agent: AgentFacto
     t0 = time.monotonic()
     agent = await start_agent("constant:10,constant:20,constant:30,constant:40", gpus=4)
     async def ready() -> str | None:
-        status, text = await scrape(agent)
+        _status, text = await scrape(agent)
         return text if series(text, "DCGM_FI_DEV_GPU_UTIL") else None
     text = await eventually(ready)
     assert time.monotonic() - t0 < 2 * 0.1 + 1.0  # two intervals, plus start-up

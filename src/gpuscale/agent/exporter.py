@@ -50,7 +50,11 @@ AMD_SERIES: tuple[tuple[str, str, Getter], ...] = (
     ("gpu_used_vram", "Used VRAM memory of the GPU (in MB)", lambda s: _mib(s.memory_used_bytes)),
     ("gpu_free_vram", "Free VRAM memory of the GPU (in MB)", lambda s: _mib(s.memory_free_bytes)),
     ("gpu_total_vram", "Total VRAM memory of the GPU (in MB)", lambda s: _mib(s.memory_total_bytes)),
-    ("gpu_junction_temperature", "Current junction/hotspot temperature in Celsius", lambda s: s.temperature_celsius),
+    (
+        "gpu_junction_temperature",
+        "Current junction/hotspot temperature in Celsius",
+        lambda s: s.temperature_celsius,
+    ),
     ("gpu_power_usage", "GPU Power usage in Watts", lambda s: s.power_watts),
 )
 
@@ -102,27 +106,46 @@ class AgentMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.samples = Counter("gpuscale_agent_samples", "GPU reads that succeeded.", registry=registry)
-        self.read_errors = Counter("gpuscale_agent_read_errors", "GPU reads that failed, by GPU and kind.",
-                                   ["gpu", "UUID", "kind"], registry=registry)
+        self.read_errors = Counter(
+            "gpuscale_agent_read_errors",
+            "GPU reads that failed, by GPU and kind.",
+            ["gpu", "UUID", "kind"],
+            registry=registry,
+        )
         self.round_duration = Histogram(
-            "gpuscale_agent_sample_duration_seconds", "Time to read every GPU once.", registry=registry,
+            "gpuscale_agent_sample_duration_seconds",
+            "Time to read every GPU once.",
+            registry=registry,
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
         )
-        self.attribution_refreshes = Counter("gpuscale_agent_attribution_refreshes",
-                                             "Refreshes of GPU-to-pod attribution from the kubelet, by result.",
-                                             ["result"], registry=registry)
-        self.backend_reopens = Counter("gpuscale_agent_backend_reopens", "Times the GPU backend was re-opened.",
-                                       registry=registry)
+        self.attribution_refreshes = Counter(
+            "gpuscale_agent_attribution_refreshes",
+            "Refreshes of GPU-to-pod attribution from the kubelet, by result.",
+            ["result"],
+            registry=registry,
+        )
+        self.backend_reopens = Counter(
+            "gpuscale_agent_backend_reopens", "Times the GPU backend was re-opened.", registry=registry
+        )
         self.watch_streams = Gauge("gpuscale_agent_watch_streams", "Open Watch streams.", registry=registry)
-        self.pod_watch_errors = Counter("gpuscale_agent_pod_watch_errors",
-                                        "Errors watching this node's pods in the Kubernetes API.", registry=registry)
+        self.pod_watch_errors = Counter(
+            "gpuscale_agent_pod_watch_errors",
+            "Errors watching this node's pods in the Kubernetes API.",
+            registry=registry,
+        )
 
 
 class GpuCollector(Collector):
     """Yields the GPU series from the latest ``NodeSnapshot``, read at scrape time (never the driver)."""
 
-    def __init__(self, snapshot: Callable[[], NodeSnapshot], *, hostname_label: str = "Hostname",
-                 backend: str = "", clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        snapshot: Callable[[], NodeSnapshot],
+        *,
+        hostname_label: str = "Hostname",
+        backend: str = "",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._snapshot = snapshot
         self._host = hostname_label
         self._backend = backend
@@ -137,7 +160,9 @@ class GpuCollector(Collector):
         families = {name: Metric(name, doc, "gauge") for name, doc, _ in (*NVIDIA_SERIES, *AMD_SERIES)}
         containers = {name: Metric(name, doc, "gauge") for name, doc in CONTAINER_SERIES}
         up = Metric("gpuscale_agent_gpu_up", "1 if the last read of the GPU succeeded, else 0.", "gauge")
-        age = Metric("gpuscale_agent_sample_age_seconds", "Age of the newest good sample of the GPU.", "gauge")
+        age = Metric(
+            "gpuscale_agent_sample_age_seconds", "Age of the newest good sample of the GPU.", "gauge"
+        )
         for view in snap.gpus:
             d = view.device
             ident = {"gpu": str(d.index), "UUID": d.uuid}
@@ -153,13 +178,20 @@ class GpuCollector(Collector):
                         families[name].add_sample(name, labels, value)
             for share in container_shares(view):
                 c = share.container
-                labels = {**ident, "NamespaceName": c.namespace, "PodName": c.pod, "ContainerName": c.container,
-                          "NodeName": snap.node_name}
+                labels = {
+                    **ident,
+                    "NamespaceName": c.namespace,
+                    "PodName": c.pod,
+                    "ContainerName": c.container,
+                    "NodeName": snap.node_name,
+                }
                 values = (
                     share.sm_utilization,
                     share.memory_used_bytes / MIB,
                     None if share.memory_allocated_bytes is None else share.memory_allocated_bytes / MIB,
-                    None if not share.memory_allocated_bytes else share.memory_used_bytes / share.memory_allocated_bytes,
+                    None
+                    if not share.memory_allocated_bytes
+                    else share.memory_used_bytes / share.memory_allocated_bytes,
                 )
                 for (name, _), value in zip(CONTAINER_SERIES, values, strict=True):
                     if value is not None:
@@ -172,15 +204,22 @@ class GpuCollector(Collector):
     def _label_sets(self, view: GpuView, node: str) -> list[dict[str, str]]:
         d = view.device
         if d.vendor is Vendor.NVIDIA:
-            base = {"gpu": str(d.index), "UUID": d.parent_uuid or d.uuid, "pci_bus_id": d.pci_bus_id,
-                    "device": d.device_name, "modelName": d.name}
+            base = {
+                "gpu": str(d.index),
+                "UUID": d.parent_uuid or d.uuid,
+                "pci_bus_id": d.pci_bus_id,
+                "device": d.device_name,
+                "modelName": d.name,
+            }
             if d.is_mig:
                 base["GPU_I_PROFILE"] = d.mig_profile or ""
                 base["GPU_I_ID"] = "" if d.gpu_instance_id is None else str(d.gpu_instance_id)
             base[self._host] = node
         else:
             base = {"gpu_id": str(d.index), "gpu_uuid": d.uuid, "card_model": d.name, "hostname": node}
-        holders = sorted({a.container for a in view.assignments}, key=lambda c: (c.namespace, c.pod, c.container))
+        holders = sorted(
+            {a.container for a in view.assignments}, key=lambda c: (c.namespace, c.pod, c.container)
+        )
         if not holders:
             return [base]
         return [{**base, "container": c.container, "namespace": c.namespace, "pod": c.pod} for c in holders]

@@ -1,4 +1,4 @@
-"""The agent's HTTP endpoints: ``/metrics`` (Prometheus text or OpenMetrics, as asked), ``/healthz``, ``/readyz``.
+"""The agent's HTTP endpoints: ``/metrics`` (Prometheus text or OpenMetrics), ``/healthz``, ``/readyz``.
 
 Served from the event loop with aiohttp; a scrape only formats what is in memory.
 """
@@ -14,8 +14,9 @@ from prometheus_client.exposition import choose_encoder
 __all__ = ["make_app"]
 
 
-def make_app(registry: CollectorRegistry, *, healthy: Callable[[], str | None],
-             ready: Callable[[], str | None]) -> web.Application:
+def make_app(
+    registry: CollectorRegistry, *, healthy: Callable[[], str | None], ready: Callable[[], str | None]
+) -> web.Application:
     """``healthy``/``ready`` return ``None`` when fine, else the reason (served with status 503)."""
 
     async def metrics(request: web.Request) -> web.Response:

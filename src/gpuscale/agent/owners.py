@@ -21,7 +21,7 @@ __all__ = ["ContainerLookup", "OwnerResolver"]
 class ContainerLookup(Protocol):
     """The node's pods, by container id (the pod watcher implements it)."""
 
-    def container_by_id(self, container_id: str) -> ContainerRef | None: ...
+    def container(self, container_id: str) -> ContainerRef | None: ...
 
 
 class OwnerResolver:
@@ -39,7 +39,9 @@ class OwnerResolver:
         self._read = read_cgroup
         self._cgroups: dict[int, CgroupRef | None] = {}
 
-    def resolve(self, state: NodeState, samples: Mapping[str, GpuSample]) -> dict[str, dict[int, ContainerRef]]:
+    def resolve(
+        self, state: NodeState, samples: Mapping[str, GpuSample]
+    ) -> dict[str, dict[int, ContainerRef]]:
         out: dict[str, dict[int, ContainerRef]] = {}
         live: set[int] = set()
         for uuid, sample in samples.items():
@@ -66,4 +68,4 @@ class OwnerResolver:
         cg = self._cgroups[pid]
         if cg is None or cg.container_id is None:
             return None
-        return self._lookup.container_by_id(cg.container_id)
+        return self._lookup.container(cg.container_id)

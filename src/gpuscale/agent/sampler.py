@@ -44,7 +44,9 @@ class Sampler:
         self.backend = backend
         self._timeout = read_timeout
         self._clock = clock
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="gpu-read")
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max_workers, thread_name_prefix="gpu-read"
+        )
         self._stuck: dict[str, concurrent.futures.Future[GpuSample]] = {}
         self._reopen_after = 0.0
         self._reopen_backoff = 1.0
@@ -106,8 +108,12 @@ class Sampler:
         except BackendError as e:
             self._reopen_after = now + self._reopen_backoff
             self._reopen_backoff = min(30.0, self._reopen_backoff * 2)
-            log.warning("GPU backend %s still unavailable (%s); retrying in %.0fs", self.backend.name, e,
-                        self._reopen_after - now)
+            log.warning(
+                "GPU backend %s still unavailable (%s); retrying in %.0fs",
+                self.backend.name,
+                e,
+                self._reopen_after - now,
+            )
             return False
         self._reopen_backoff = 1.0
         self.devices = tuple(self.backend.devices())
@@ -120,4 +126,3 @@ class Sampler:
         except BackendError:
             pass
         self.backend.open()
-

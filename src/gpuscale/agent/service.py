@@ -43,9 +43,9 @@ class PodSource(Protocol):
     @property
     def version(self) -> int: ...
 
-    def pods(self) -> Mapping[tuple[str, str], PodInfo]: ...
+    def snapshot(self) -> Mapping[tuple[str, str], PodInfo]: ...
 
-    def container_by_id(self, container_id: str) -> ContainerRef | None: ...
+    def container(self, container_id: str) -> ContainerRef | None: ...
 
     async def run(self) -> None: ...
 
@@ -59,8 +59,14 @@ class Agent:
     """One node's agent. ``start`` binds its servers (port 0 picks a free port: see ``grpc_port`` and
     ``metrics_port``); ``stop`` ends everything."""
 
-    def __init__(self, settings: AgentSettings, backend: Backend, *, pods: PodSource | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        settings: AgentSettings,
+        backend: Backend,
+        *,
+        pods: PodSource | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.settings = settings
         self.agent_id = uuidlib.uuid4().hex[:12]
         self.registry = CollectorRegistry()
@@ -70,8 +76,14 @@ class Agent:
         self._pods = pods
         self._owners = OwnerResolver(settings.proc_root, pods)
         self._clock = clock
-        self.registry.register(GpuCollector(lambda: self.state.snapshot, hostname_label=settings.hostname_label,
-                                            backend=backend.name, clock=clock))
+        self.registry.register(
+            GpuCollector(
+                lambda: self.state.snapshot,
+                hostname_label=settings.hostname_label,
+                backend=backend.name,
+                clock=clock,
+            )
+        )
         self._grpc: grpc.aio.Server | None = None
         self._http: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -85,7 +97,9 @@ class Agent:
     async def start(self) -> None:
         s = self.settings
         self.state.set_devices(await self.sampler.open())
-        log.info("node %s: %d GPUs on backend %s", s.node_name, len(self.state.devices), self.sampler.backend.name)
+        log.info(
+            "node %s: %d GPUs on backend %s", s.node_name, len(self.state.devices), self.sampler.backend.name
+        )
         await self._start_grpc()
         await self._start_http()
         self._tasks.append(asyncio.create_task(self._loop("sampling", self._sample_forever)))
@@ -111,16 +125,25 @@ class Agent:
     async def _start_grpc(self) -> None:
         server = grpc.aio.server()
         agent_pb2_grpc.add_AgentServicer_to_server(
-            WatchService(self.state, agent_id=self.agent_id, interval=self.settings.interval,
-                         history_seconds=self.settings.history_seconds, metrics=self.metrics, clock=self._clock),
+            WatchService(
+                self.state,
+                agent_id=self.agent_id,
+                interval=self.settings.interval,
+                history_seconds=self.settings.history_seconds,
+                metrics=self.metrics,
+                clock=self._clock,
+            ),
             server,
         )
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         for add in self.extra_services:
             add(server)
-        names = [agent_pb2.DESCRIPTOR.services_by_name["Agent"].full_name, health.SERVICE_NAME,
-                 reflection.SERVICE_NAME]
+        names = [
+            agent_pb2.DESCRIPTOR.services_by_name["Agent"].full_name,
+            health.SERVICE_NAME,
+            reflection.SERVICE_NAME,
+        ]
         reflection.enable_server_reflection(names, server)
         host, port = split_address(self.settings.grpc_address)
         self.grpc_port = server.add_insecure_port(f"{host}:{port}")
@@ -190,12 +213,14 @@ class Agent:
             dev = by_uuid.get(uuid)
             self.metrics.read_errors.labels(str(dev.index) if dev else "", uuid, err.kind).inc()
             if self.state.errors.get(uuid) is None:
-                log.warning("GPU %s read failed (%s): serving its last good sample, marked with its age", uuid, err)
+                log.warning(
+                    "GPU %s read failed (%s): serving its last good sample, marked with its age", uuid, err
+                )
         for uuid in result.samples:
             if self.state.errors.get(uuid) is not None:
                 log.info("GPU %s reads again", uuid)
         if self._pods is not None and self._pods.version != self.state.pods_version:
-            self.state.set_pods(self._clock(), self._pods.pods())
+            self.state.set_pods(self._clock(), self._pods.snapshot())
         owners = self._owners.resolve(self.state, result.samples)
         self.state.record_round(self._clock(), result.samples, result.errors, owners)
         self._last_round_end = self._clock()
@@ -213,17 +238,22 @@ class Agent:
                     log.warning("GPU-to-pod attribution not refreshed (%s); keeping the last one", e)
             elif not warned:
                 warned = True
-                log.warning("kubelet socket %s does not exist: GPUs are not attributed to pods until it does",
-                            s.kubelet_socket)
+                log.warning(
+                    "kubelet socket %s does not exist: GPUs are not attributed to pods until it does",
+                    s.kubelet_socket,
+                )
             await asyncio.sleep(s.attribution_interval)
 
     async def _refresh_attribution(self) -> None:
         if self._kubelet is None:
-            self._kubelet = PodResourcesClient(str(self.settings.kubelet_socket),
-                                               extra_resource_names=self.settings.extra_resource_names)
+            self._kubelet = PodResourcesClient(
+                str(self.settings.kubelet_socket), extra_resource_names=self.settings.extra_resource_names
+            )
         assignments = await self._kubelet.list()
         self.metrics.attribution_refreshes.labels("ok").inc()
         if self.state.set_assignments(self._clock(), match_assignments(self.state.devices, assignments)):
-            log.info("GPU attribution changed: %d of %d GPUs held by pods",
-                     len(self.state.assignments), len(self.state.devices))
-
+            log.info(
+                "GPU attribution changed: %d of %d GPUs held by pods",
+                len(self.state.assignments),
+                len(self.state.devices),
+            )

@@ -26,8 +26,16 @@ log = logging.getLogger(__name__)
 
 
 class WatchService(agent_pb2_grpc.AgentServicer):
-    def __init__(self, state: NodeState, *, agent_id: str, interval: float, history_seconds: float,
-                 metrics: AgentMetrics, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        state: NodeState,
+        *,
+        agent_id: str,
+        interval: float,
+        history_seconds: float,
+        metrics: AgentMetrics,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._state = state
         self._agent_id = agent_id
         self._interval = interval
@@ -36,10 +44,16 @@ class WatchService(agent_pb2_grpc.AgentServicer):
         self._clock = clock
 
     def _message(self, kind: agent_pb2.NodeUpdate.Kind.ValueType, seq: int) -> agent_pb2.NodeUpdate:
-        return agent_pb2.NodeUpdate(kind=kind, node_name=self._state.node_name, agent_id=self._agent_id,
-                                    sequence=seq, sent_at=self._clock(), interval_seconds=self._interval)
+        return agent_pb2.NodeUpdate(
+            kind=kind,
+            node_name=self._state.node_name,
+            agent_id=self._agent_id,
+            sequence=seq,
+            sent_at=self._clock(),
+            interval_seconds=self._interval,
+        )
 
-    async def Watch(  # noqa: N802 - the generated servicer's name
+    async def Watch(
         self, request: agent_pb2.WatchRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> AsyncIterator[agent_pb2.NodeUpdate]:
         history = min(float(request.history_seconds or self._history), self._history)

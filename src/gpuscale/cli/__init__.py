@@ -15,7 +15,7 @@ from ..errors import UsageError
 __all__ = ["main"]
 
 # Sub-commands, in the order ``gpuscale --help`` lists them.
-COMMANDS = ("probe", "agent")
+COMMANDS = ("probe", "agent", "simulate")
 
 
 def build_parser() -> argparse.ArgumentParser:

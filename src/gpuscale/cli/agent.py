@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..agent.service import Agent, PodSource
 from ..agent.settings import AgentSettings
+from ..backends.base import Backend
 from ..errors import UsageError
 from ._options import add_backend_arguments, backend_from_args, env
 
@@ -22,28 +23,53 @@ log = logging.getLogger(__name__)
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
-        "agent", help="run the node agent: sample GPUs, serve /metrics and the Watch stream",
+        "agent",
+        help="run the node agent: sample GPUs, serve /metrics and the Watch stream",
         description="Run the node agent: sample every GPU, attribute GPUs to pods, serve Prometheus /metrics "
         "and the gpuscale.v1.Agent/Watch stream. Every flag also reads GPUSCALE_<FLAG>.",
     )
     add_backend_arguments(p)
-    p.add_argument("--node-name", default=env("NODE_NAME") or os.environ.get("NODE_NAME") or socket.gethostname(),
-                   help="this node's name (default: $NODE_NAME, else the host name)")
+    p.add_argument(
+        "--node-name",
+        default=env("NODE_NAME") or os.environ.get("NODE_NAME") or socket.gethostname(),
+        help="this node's name (default: $NODE_NAME, else the host name)",
+    )
     p.add_argument("--interval", default=env("INTERVAL", "1"), help="seconds between samples (default 1)")
-    p.add_argument("--grpc-address", default=env("GRPC_ADDRESS", "0.0.0.0:6000"),
-                   help="HOST:PORT of the gRPC server: Watch, health, reflection (default 0.0.0.0:6000)")
-    p.add_argument("--metrics-address", default=env("METRICS_ADDRESS", "0.0.0.0:9400"),
-                   help="HOST:PORT of /metrics, /healthz, /readyz (default 0.0.0.0:9400)")
-    p.add_argument("--kubelet-socket", default=env("KUBELET_SOCKET", "/var/lib/kubelet/pod-resources/kubelet.sock"),
-                   help="the kubelet PodResources socket; attribution is off while it does not exist")
-    p.add_argument("--hostname-label", default=env("HOSTNAME_LABEL", "Hostname"), choices=["Hostname", "hostname"],
-                   help="the node label's name on GPU series: Hostname (dcgm-exporter ≤ 4.5) or hostname (newer)")
-    p.add_argument("--kubeconfig", default=env("KUBECONFIG_PATH"),
-                   help="kubeconfig for the Kubernetes API (pod labels); default: in-cluster config in a pod, else off")
-    p.add_argument("--history", default=env("HISTORY", "300"), help="seconds of samples kept per GPU (default 300)")
+    p.add_argument(
+        "--grpc-address",
+        default=env("GRPC_ADDRESS", "0.0.0.0:6000"),
+        help="HOST:PORT of the gRPC server: Watch, health, reflection (default 0.0.0.0:6000)",
+    )
+    p.add_argument(
+        "--metrics-address",
+        default=env("METRICS_ADDRESS", "0.0.0.0:9400"),
+        help="HOST:PORT of /metrics, /healthz, /readyz (default 0.0.0.0:9400)",
+    )
+    p.add_argument(
+        "--kubelet-socket",
+        default=env("KUBELET_SOCKET", "/var/lib/kubelet/pod-resources/kubelet.sock"),
+        help="the kubelet PodResources socket; attribution is off while it does not exist",
+    )
+    p.add_argument(
+        "--hostname-label",
+        default=env("HOSTNAME_LABEL", "Hostname"),
+        choices=["Hostname", "hostname"],
+        help="the node label's name on GPU series: Hostname (dcgm-exporter ≤ 4.5) or hostname (newer)",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        default=env("KUBECONFIG_PATH"),
+        help="kubeconfig for the Kubernetes API (pod labels); default: in-cluster config in a pod, else off",
+    )
+    p.add_argument(
+        "--history", default=env("HISTORY", "300"), help="seconds of samples kept per GPU (default 300)"
+    )
     p.add_argument("--proc-root", default=env("PROC_ROOT", "/proc"), help=argparse.SUPPRESS)
-    p.add_argument("--extra-resource-names", default=env("EXTRA_RESOURCE_NAMES", ""),
-                   help="more device-plugin resource names to attribute, comma-separated (e.g. nvidia.com/gpu.shared)")
+    p.add_argument(
+        "--extra-resource-names",
+        default=env("EXTRA_RESOURCE_NAMES", ""),
+        help="more device-plugin resource names to attribute, comma-separated (e.g. nvidia.com/gpu.shared)",
+    )
     p.set_defaults(func=run)
 
 
@@ -58,7 +84,7 @@ def _positive(text: str, flag: str) -> float:
 
 
 def _address(text: str, flag: str) -> str:
-    host, sep, port = text.rpartition(":")
+    _host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or int(port) > 65535:
         raise UsageError(f'{flag} "{text}" must be HOST:PORT, e.g. 0.0.0.0:9400')
     return text
@@ -81,23 +107,29 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
     )
 
 
-def pod_source(settings: AgentSettings) -> PodSource | None:
+async def pod_source(settings: AgentSettings) -> PodSource | None:
     """The Kubernetes API pod watcher when running in a cluster or given a kubeconfig; else none."""
     if not settings.in_cluster and settings.kubeconfig is None:
+        log.info("not in a cluster and no --kubeconfig: pod labels are off")
         return None
     from ..kube.pods import NodePodWatcher, api_client_from
 
-    return NodePodWatcher(api_client_from(settings.kubeconfig, settings.in_cluster), settings.node_name)
+    return NodePodWatcher(await api_client_from(settings.kubeconfig, settings.in_cluster), settings.node_name)
 
 
-async def serve(agent: Agent) -> None:
+async def serve(settings: AgentSettings, backend: Backend) -> None:
+    agent = Agent(settings, backend, pods=await pod_source(settings))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await agent.start()
-    log.info("agent %s serving gRPC on :%d and metrics on :%d", agent.settings.node_name, agent.grpc_port,
-             agent.metrics_port)
+    log.info(
+        "agent %s serving gRPC on :%d and metrics on :%d",
+        agent.settings.node_name,
+        agent.grpc_port,
+        agent.metrics_port,
+    )
     try:
         await stop.wait()
     finally:
@@ -107,9 +139,8 @@ async def serve(agent: Agent) -> None:
 def run(args: argparse.Namespace) -> int:
     import prometheus_client
 
-    prometheus_client.disable_created_metrics()  # the *_created series only add noise to GPU dashboards
+    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # the *_created series only add noise to GPU dashboards
     settings = settings_from_args(args)
     backend = backend_from_args(args, node=settings.node_name, open_it=False)
-    agent = Agent(settings, backend, pods=pod_source(settings))
-    asyncio.run(serve(agent))
+    asyncio.run(serve(settings, backend))
     return 0

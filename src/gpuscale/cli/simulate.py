@@ -45,9 +45,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f'--out "{out}": cannot write there: {e.strerror or e}') from None
     for s in result.summaries:
         up = "-" if s.time_to_first_scale_up is None else f"{s.time_to_first_scale_up}s"
-        print(f"{s.policy}: {s.gpu_hours:.2f} GPU-hours, {100 * s.share_of_demand_unserved:.1f}% of demand "
-              f"unserved, p95 utilization {s.p95_utilization or 0:.0f}%, {s.scale_events} scale events, "
-              f"{s.direction_changes} direction changes, first scale-up after the step {up}")
+        print(
+            f"{s.policy}: {s.gpu_hours:.2f} GPU-hours, {100 * s.share_of_demand_unserved:.1f}% of demand "
+            f"unserved, p95 utilization {s.p95_utilization or 0:.0f}%, {s.scale_events} scale events, "
+            f"{s.direction_changes} direction changes, first scale-up after the step {up}"
+        )
     print(f"wrote {outputs.timeline}")
     print(f"wrote {outputs.summary}")
     print(f"wrote {outputs.plot}")

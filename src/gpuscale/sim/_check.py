@@ -36,7 +36,9 @@ class Checker:
     def bad(self, path: str, value: object, allowed: str) -> None:
         self.fail(path, f'value "{_show(value)}" must be {allowed}')
 
-    def mapping(self, parent: dict[str, object], key: str, path: str, *, required: bool) -> dict[str, object] | None:
+    def mapping(
+        self, parent: dict[str, object], key: str, path: str, *, required: bool
+    ) -> dict[str, object] | None:
         value = parent.get(key, _MISSING)
         here = f"{path}.{key}" if path else key
         if value is _MISSING or value is None:
@@ -63,11 +65,19 @@ class Checker:
     def known(self, m: dict[str, object], path: str, allowed: Sequence[str]) -> None:
         for key in m:
             if key not in allowed:
-                self.fail(f"{path}.{key}" if path else key,
-                          f"unknown field; allowed: [{', '.join(sorted(allowed))}]")
+                self.fail(
+                    f"{path}.{key}" if path else key,
+                    f"unknown field; allowed: [{', '.join(sorted(allowed))}]",
+                )
 
     def integer(
-        self, m: dict[str, object], key: str, path: str, *, default: int | None, minimum: int,
+        self,
+        m: dict[str, object],
+        key: str,
+        path: str,
+        *,
+        default: int | None,
+        minimum: int,
         maximum: int | None = None,
     ) -> int:
         here = f"{path}.{key}" if path else key
@@ -78,16 +88,26 @@ class Checker:
                 return minimum
             return default
         allowed = f"an integer >= {minimum}" + (f" and <= {maximum}" if maximum is not None else "")
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (
-            maximum is not None and value > maximum
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or value < minimum
+            or (maximum is not None and value > maximum)
         ):
             self.bad(here, value, allowed)
             return default if default is not None else minimum
         return value
 
     def number(
-        self, m: dict[str, object], key: str, path: str, *, default: float | None, minimum: float,
-        exclusive: bool = False, text: bool = False,
+        self,
+        m: dict[str, object],
+        key: str,
+        path: str,
+        *,
+        default: float | None,
+        minimum: float,
+        exclusive: bool = False,
+        text: bool = False,
     ) -> float:
         """A number; ``text`` also accepts a numeric string (KEDA metadata values are strings)."""
         here = f"{path}.{key}" if path else key
@@ -105,8 +125,10 @@ class Checker:
                 parsed = float(value)
             except ValueError:
                 parsed = None
-        ok = parsed is not None and math.isfinite(parsed) and (
-            parsed > minimum if exclusive else parsed >= minimum
+        ok = (
+            parsed is not None
+            and math.isfinite(parsed)
+            and (parsed > minimum if exclusive else parsed >= minimum)
         )
         if parsed is None or not ok:
             self.bad(here, value, f"a number {'>' if exclusive else '>='} {minimum:g}")
@@ -114,7 +136,12 @@ class Checker:
         return parsed
 
     def string(
-        self, m: dict[str, object], key: str, path: str, *, default: str | None,
+        self,
+        m: dict[str, object],
+        key: str,
+        path: str,
+        *,
+        default: str | None,
         choices: Sequence[str] | None = None,
     ) -> str:
         here = f"{path}.{key}" if path else key
@@ -132,7 +159,9 @@ class Checker:
             return default or choices[0]
         return value
 
-    def boolean(self, m: dict[str, object], key: str, path: str, *, default: bool, text: bool = False) -> bool:
+    def boolean(
+        self, m: dict[str, object], key: str, path: str, *, default: bool, text: bool = False
+    ) -> bool:
         here = f"{path}.{key}" if path else key
         value = m.get(key, _MISSING)
         if value is _MISSING or value is None:

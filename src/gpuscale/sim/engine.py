@@ -126,11 +126,16 @@ def _readings(policy: Policy, run: _Run, t: int, pods: tuple[PodInfo, ...]) -> t
         if so is not None:
             failures = list(run.keda_state.failures)
             failures[i] = failures[i] + 1 if value is None else 0
-            run.keda_state = KedaState(run.keda_state.last_active_time, run.keda_state.created_at, tuple(failures))
+            run.keda_state = KedaState(
+                run.keda_state.last_active_time, run.keda_state.created_at, tuple(failures)
+            )
             fb = so.fallback
             if fb is not None and failures[i] >= fb.failure_threshold:
-                out.append(ExternalReading((fallback_milli(fb, metric.target_type, metric.target_milli,
-                                                          run.replicas, ready),)))
+                out.append(
+                    ExternalReading(
+                        (fallback_milli(fb, metric.target_type, metric.target_milli, run.replicas, ready),)
+                    )
+                )
                 continue
         out.append(ExternalReading((keda_milli(value),)) if value is not None else None)
         if i == 0:
@@ -176,8 +181,15 @@ def simulate(
     pods = tuple(Pod(i, -1, 0, 0) for i in range(initial))
     so = policy.scaled_object
     n = len(policy.sources)
-    run = _Run(pods, initial, initial, HpaState(), KedaState(0 if initial > 0 else None, 0, (0,) * n),
-               (None,) * n, [])
+    run = _Run(
+        pods,
+        initial,
+        initial,
+        HpaState(),
+        KedaState(0 if initial > 0 else None, 0, (0,) * n),
+        (None,) * n,
+        [],
+    )
     has_push = so is not None and any(s.trigger is not None and s.trigger.push for s in policy.sources)
     cols: tuple[list[float], ...] = ([], [], [], [], [], [], [])
     sync = config.sync_period_seconds
@@ -187,7 +199,10 @@ def simulate(
             obs = Observation(d, obs.util, run.history[-1].ready, run.history[-1].loading)
         run.history.append(obs)
         if so is not None:
-            if t >= policy.keda_offset_seconds and (t - policy.keda_offset_seconds) % so.polling_interval == 0:
+            if (
+                t >= policy.keda_offset_seconds
+                and (t - policy.keda_offset_seconds) % so.polling_interval == 0
+            ):
                 _keda_poll(policy, so, run, t, push_only=False)
             elif has_push and t % policy.gpuscale.sampling_interval == 0:
                 _keda_poll(policy, so, run, t, push_only=True)
@@ -206,8 +221,15 @@ def simulate(
         capacity = ready * workload.capacity_per_replica
         for col, value in zip(
             cols,
-            (d, capacity, run.replicas, ready, len(run.pods), run.metric,
-             min(100.0, 100.0 * d / capacity) if capacity > 0 else float("nan")),
+            (
+                d,
+                capacity,
+                run.replicas,
+                ready,
+                len(run.pods),
+                run.metric,
+                min(100.0, 100.0 * d / capacity) if capacity > 0 else float("nan"),
+            ),
             strict=True,
         ):
             col.append(float(value))

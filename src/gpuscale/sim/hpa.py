@@ -63,7 +63,7 @@ class Behavior:
 
 
 def default_behavior_rules(direction: Literal["up", "down"]) -> ScalingRules:
-    """The defaults ``SetDefaults_HorizontalPodAutoscalerBehavior`` fills in (``autoscaling/v2/defaults.go``)."""
+    """The defaults ``SetDefaults_HorizontalPodAutoscalerBehavior`` fills in (autoscaling/v2 defaults.go)."""
     if direction == "up":
         return ScalingRules(0, "Max", (ScalingPolicy("Pods", 4, 15), ScalingPolicy("Percent", 100, 15)))
     return ScalingRules(None, "Max", (ScalingPolicy("Percent", 100, 15),))
@@ -256,7 +256,9 @@ def external_value_replicas(
     return math.ceil(ratio * ready)
 
 
-def external_average_replicas(usage_milli: int, target_milli: int, status_replicas: int, tol: Tolerances) -> int:
+def external_average_replicas(
+    usage_milli: int, target_milli: int, status_replicas: int, tol: Tolerances
+) -> int:
     """``GetExternalPerPodMetricReplicas`` (``AverageValue`` target): basis ``status.replicas``."""
     denominator = target_milli * status_replicas
     ratio = usage_milli / denominator if denominator else math.inf

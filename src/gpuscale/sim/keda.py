@@ -126,7 +126,9 @@ def request_scale(
         else:
             expired = state.last_active_time + so.cooldown_period < now
         if expired:  # scaleToZeroOrIdle: straight from N
-            return ScaleRequest(state, idle if idle is not None else min_r, "cooldown over: scale to zero/idle")
+            return ScaleRequest(
+                state, idle if idle is not None else min_r, "cooldown over: scale to zero/idle"
+            )
         return ScaleRequest(state, None, "inactive: in cooldown")
     if current < min_r and idle is None:
         return ScaleRequest(state, min_r, "inactive: below minReplicaCount")

@@ -28,18 +28,40 @@ from .quantity import parse_quantity_milli
 __all__ = ["parse_behavior", "parse_policy"]
 
 _TRIGGER_TYPES = ("prometheus", "external", "external-push")
-_GPUSCALE_KEYS = ("scalerAddress", "metric", "aggregation", "targetValue", "activationValue", "scope", "window")
-_PROM_KEYS = ("serverAddress", "query", "threshold", "activationThreshold", "ignoreNullValues", "namespace",
-              "customHeaders", "queryParameters", "unsafeSsl", "timeout")
+_GPUSCALE_KEYS = (
+    "scalerAddress",
+    "metric",
+    "aggregation",
+    "targetValue",
+    "activationValue",
+    "scope",
+    "window",
+)
+_PROM_KEYS = (
+    "serverAddress",
+    "query",
+    "threshold",
+    "activationThreshold",
+    "ignoreNullValues",
+    "namespace",
+    "customHeaders",
+    "queryParameters",
+    "unsafeSsl",
+    "timeout",
+)
 
 
-def _rules(c: Checker, raw: dict[str, object] | None, path: str, direction: Literal["up", "down"]) -> ScalingRules:
+def _rules(
+    c: Checker, raw: dict[str, object] | None, path: str, direction: Literal["up", "down"]
+) -> ScalingRules:
     base = default_behavior_rules(direction)
     if raw is None:
         return base
     c.known(raw, path, ("stabilizationWindowSeconds", "selectPolicy", "policies", "tolerance"))
     window = c.integer(raw, "stabilizationWindowSeconds", path, default=-1, minimum=0, maximum=3600)
-    select = c.string(raw, "selectPolicy", path, default=base.select_policy, choices=("Max", "Min", "Disabled"))
+    select = c.string(
+        raw, "selectPolicy", path, default=base.select_policy, choices=("Max", "Min", "Disabled")
+    )
     policies: list[ScalingPolicy] = []
     for i, item in enumerate(c.sequence(raw, "policies", path, required=False)):
         here = f"{path}.policies[{i}]"
@@ -93,7 +115,9 @@ def _signal_text(pipeline: dict[str, object], name: str) -> object:
     return pipeline.get("signal")
 
 
-def _prom_signal(c: Checker, prom: dict[str, object], name: str, path: str, per_pod: bool) -> MetricSource | None:
+def _prom_signal(
+    c: Checker, prom: dict[str, object], name: str, path: str, per_pod: bool
+) -> MetricSource | None:
     text = _signal_text(prom, name)
     here = f"{path}.pipeline.prometheus.signal"
     if text is None:
@@ -107,12 +131,16 @@ def _prom_signal(c: Checker, prom: dict[str, object], name: str, path: str, per_
     return MetricSource(signal, "prometheus")
 
 
-def _trigger(c: Checker, raw: object, path: str, prom: dict[str, object]) -> tuple[TriggerSpec, MetricSource] | None:
+def _trigger(
+    c: Checker, raw: object, path: str, prom: dict[str, object]
+) -> tuple[TriggerSpec, MetricSource] | None:
     if not isinstance(raw, dict):
         c.bad(path, raw, "a mapping")
         return None
     c.known(raw, path, ("type", "name", "metricType", "metadata", "authenticationRef", "useCachedMetrics"))
     kind = c.string(raw, "type", path, default=None, choices=_TRIGGER_TYPES)
+    if raw.get("type") not in _TRIGGER_TYPES:
+        return None
     metric_type = c.string(raw, "metricType", path, default="AverageValue", choices=("AverageValue", "Value"))
     if c.boolean(raw, "useCachedMetrics", path, default=False):
         c.bad(f"{path}.useCachedMetrics", True, "false (the simulator models live queries only)")
@@ -130,21 +158,36 @@ def _trigger(c: Checker, raw: object, path: str, prom: dict[str, object]) -> tup
         src = _prom_signal(c, prom, name, path.split(".scaledObject", 1)[0], per_pod=False)
         if src is None:
             return None
-        trig = TriggerSpec(name, "prometheus", mt, target, activation, str(src.signal), ignore_null_values=ignore)
+        trig = TriggerSpec(
+            name, "prometheus", mt, target, activation, str(src.signal), ignore_null_values=ignore
+        )
         return trig, MetricSource(src.signal, "prometheus", trig)
     c.known(meta, mpath, _GPUSCALE_KEYS)
     c.string(meta, "scalerAddress", mpath, default=None)
     c.string(meta, "metric", mpath, default="gpu_utilization", choices=("gpu_utilization",))
-    agg = c.string(meta, "aggregation", mpath, default="avg",
-                   choices=tuple(a for a in SIGNAL_AGGREGATIONS if a != "count"))
+    agg = c.string(
+        meta,
+        "aggregation",
+        mpath,
+        default="avg",
+        choices=tuple(a for a in SIGNAL_AGGREGATIONS if a != "count"),
+    )
     target = c.number(meta, "targetValue", mpath, default=None, minimum=0, exclusive=True, text=True)
     activation = c.number(meta, "activationValue", mpath, default=0.0, minimum=0, text=True)
     scope = c.string(meta, "scope", mpath, default="workload", choices=("workload", "node", "pool"))
     window = int(c.number(meta, "window", mpath, default=0, minimum=0, text=True))
     signal = parse_signal(f"{agg}(gpu_utilization)")
     assert signal is not None
-    trig = TriggerSpec(name, cast(Literal["external", "external-push"], kind), mt, target, activation, str(signal),
-                       cast(Literal["workload", "node", "pool"], scope), window)
+    trig = TriggerSpec(
+        name,
+        cast(Literal["external", "external-push"], kind),
+        mt,
+        target,
+        activation,
+        str(signal),
+        cast(Literal["workload", "node", "pool"], scope),
+        window,
+    )
     return trig, MetricSource(signal, "gpuscale", trig)
 
 
@@ -153,8 +196,22 @@ def _scaled_object(c: Checker, doc: dict[str, object], path: str, prom: dict[str
     if spec is None:
         return None
     sp = f"{path}.spec"
-    c.known(spec, sp, ("scaleTargetRef", "pollingInterval", "cooldownPeriod", "initialCooldownPeriod",
-                       "minReplicaCount", "maxReplicaCount", "idleReplicaCount", "fallback", "advanced", "triggers"))
+    c.known(
+        spec,
+        sp,
+        (
+            "scaleTargetRef",
+            "pollingInterval",
+            "cooldownPeriod",
+            "initialCooldownPeriod",
+            "minReplicaCount",
+            "maxReplicaCount",
+            "idleReplicaCount",
+            "fallback",
+            "advanced",
+            "triggers",
+        ),
+    )
     minimum = c.integer(spec, "minReplicaCount", sp, default=0, minimum=0)
     maximum = c.integer(spec, "maxReplicaCount", sp, default=100, minimum=0)
     if maximum < minimum or maximum == 0:
@@ -171,8 +228,21 @@ def _scaled_object(c: Checker, doc: dict[str, object], path: str, prom: dict[str
         fallback = Fallback(
             c.integer(fb, "failureThreshold", f"{sp}.fallback", default=None, minimum=1),
             c.integer(fb, "replicas", f"{sp}.fallback", default=None, minimum=1),
-            cast(FallbackBehavior, c.string(fb, "behavior", f"{sp}.fallback", default="static", choices=(
-                "static", "currentReplicas", "currentReplicasIfHigher", "currentReplicasIfLower"))),
+            cast(
+                FallbackBehavior,
+                c.string(
+                    fb,
+                    "behavior",
+                    f"{sp}.fallback",
+                    default="static",
+                    choices=(
+                        "static",
+                        "currentReplicas",
+                        "currentReplicasIfHigher",
+                        "currentReplicasIfLower",
+                    ),
+                ),
+            ),
         )
     behavior = None
     adv = c.mapping(spec, "advanced", sp, required=False)
@@ -183,8 +253,10 @@ def _scaled_object(c: Checker, doc: dict[str, object], path: str, prom: dict[str
             hp = f"{sp}.advanced.horizontalPodAutoscalerConfig"
             c.known(hc, hp, ("name", "behavior"))
             behavior = parse_behavior(c, hc, hp)
-    parsed = [_trigger(c, t, f"{sp}.triggers[{i}]", prom)
-              for i, t in enumerate(c.sequence(spec, "triggers", sp, required=True))]
+    parsed = [
+        _trigger(c, t, f"{sp}.triggers[{i}]", prom)
+        for i, t in enumerate(c.sequence(spec, "triggers", sp, required=True))
+    ]
     pairs = [p for p in parsed if p is not None]
     so = ScaledObjectSpec(
         triggers=tuple(t for t, _ in pairs),
@@ -218,6 +290,8 @@ def _hpa(c: Checker, doc: dict[str, object], path: str, prom: dict[str, object])
             c.bad(here, m, "a mapping")
             continue
         kind = c.string(m, "type", here, default=None, choices=("Pods", "External"))
+        if m.get("type") not in ("Pods", "External"):
+            continue
         key = kind.lower()
         c.known(m, here, ("type", key))
         body = c.mapping(m, key, here, required=True) or {}
@@ -227,17 +301,23 @@ def _hpa(c: Checker, doc: dict[str, object], path: str, prom: dict[str, object])
         tp = f"{here}.{key}.target"
         allowed = ("AverageValue",) if kind == "Pods" else ("AverageValue", "Value")
         ttype = c.string(target, "type", tp, default=None, choices=allowed)
+        if target.get("type") not in allowed:
+            continue
         field = "averageValue" if ttype == "AverageValue" else "value"
         milli = c.quantity(target, field, tp, required=True)
         src = _prom_signal(c, prom, name, path.rsplit(".hpa", 1)[0], per_pod=kind == "Pods")
         if milli is not None and src is not None:
-            metrics.append(MetricSpec(name, cast(Literal["Pods", "External"], kind), cast(TargetType, ttype), milli))
+            metrics.append(
+                MetricSpec(name, cast(Literal["Pods", "External"], kind), cast(TargetType, ttype), milli)
+            )
             sources.append(src)
     spec_obj = HpaSpec(minimum, max(maximum, minimum), tuple(metrics), parse_behavior(c, spec, sp))
     return Policy("", spec_obj, tuple(sources))
 
 
-def _pipelines(c: Checker, raw: dict[str, object], path: str) -> tuple[GpuscalePipeline, PrometheusPipeline, dict[str, object]]:
+def _pipelines(
+    c: Checker, raw: dict[str, object], path: str
+) -> tuple[GpuscalePipeline, PrometheusPipeline, dict[str, object]]:
     pipe = c.mapping(raw, "pipeline", path, required=False) or {}
     pp = f"{path}.pipeline"
     c.known(pipe, pp, ("gpuscale", "prometheus"))
@@ -249,13 +329,27 @@ def _pipelines(c: Checker, raw: dict[str, object], path: str) -> tuple[GpuscaleP
     )
     p = c.mapping(pipe, "prometheus", pp, required=False) or {}
     ppp = f"{pp}.prometheus"
-    c.known(p, ppp, ("exporterIntervalSeconds", "scrapeIntervalSeconds", "delaySeconds", "rangeSeconds",
-                     "signal", "signals"))
+    c.known(
+        p,
+        ppp,
+        (
+            "exporterIntervalSeconds",
+            "scrapeIntervalSeconds",
+            "delaySeconds",
+            "rangeSeconds",
+            "exporterOffsetSeconds",
+            "scrapeOffsetSeconds",
+            "signal",
+            "signals",
+        ),
+    )
     prometheus = PrometheusPipeline(
         c.integer(p, "exporterIntervalSeconds", ppp, default=30, minimum=1),
         c.integer(p, "scrapeIntervalSeconds", ppp, default=30, minimum=1),
         c.integer(p, "delaySeconds", ppp, default=0, minimum=0),
         c.integer(p, "rangeSeconds", ppp, default=0, minimum=0),
+        c.integer(p, "exporterOffsetSeconds", ppp, default=0, minimum=0),
+        c.integer(p, "scrapeOffsetSeconds", ppp, default=0, minimum=0),
     )
     return gpuscale, prometheus, p
 
@@ -264,8 +358,20 @@ def parse_policy(c: Checker, raw: object, path: str) -> Policy | None:
     if not isinstance(raw, dict):
         c.bad(path, raw, "a mapping with name and scaledObject or hpa")
         return None
-    c.known(raw, path, ("name", "description", "pipeline", "scaledObject", "hpa", "hpaSyncOffsetSeconds",
-                        "kedaPollOffsetSeconds", "initialReplicas"))
+    c.known(
+        raw,
+        path,
+        (
+            "name",
+            "description",
+            "pipeline",
+            "scaledObject",
+            "hpa",
+            "hpaSyncOffsetSeconds",
+            "kedaPollOffsetSeconds",
+            "initialReplicas",
+        ),
+    )
     name = c.string(raw, "name", path, default=None)
     gpuscale, prometheus, prom_raw = _pipelines(c, raw, path)
     has_so, has_hpa = raw.get("scaledObject") is not None, raw.get("hpa") is not None

@@ -5,10 +5,10 @@ Pure. A pipeline maps a query time to the *sample instants* behind the answer:
 - ``GpuscalePipeline``: the agent samples every ``sampling_interval`` seconds and streams each sample to the
   scaler at once; a query (KEDA poll, HPA sync) gets the latest sample, ``delay_seconds`` late. A trigger
   ``window`` averages each GPU over the samples of the last ``window`` seconds.
-- ``PrometheusPipeline``: the exporter collects every ``exporter_interval`` seconds, Prometheus scrapes every
-  ``scrape_interval`` seconds and keeps what the exporter last collected; the query sees the last scrape
-  ``delay_seconds`` late (rule evaluation, network), or with ``range_seconds`` the ``avg_over_time`` of
-  the scrapes in that range.
+- ``PrometheusPipeline``: the exporter collects every ``exporter_interval`` seconds, Prometheus scrapes
+  every ``scrape_interval`` seconds (each at its offset) and keeps what the exporter last collected; the
+  query sees the last scrape ``delay_seconds`` late (rule evaluation, network), or with ``range_seconds``
+  the ``avg_over_time`` of the scrapes in that range.
 
 A *signal* is what the query or the scaler computes: ``demand``, the per-pod ``gpu_utilization`` (for an
 HPA ``Pods`` metric), or ``AGG(gpu_utilization)`` with AGG one of ``SIGNAL_AGGREGATIONS``.
@@ -36,7 +36,9 @@ __all__ = [
 ]
 
 SIGNAL_AGGREGATIONS = ("avg", "count", "max", "min", "p50", "p90", "p95", "p99", "sum")
-SIGNAL_SYNTAX = "demand, gpu_utilization, or AGG(gpu_utilization) with AGG in " + ", ".join(SIGNAL_AGGREGATIONS)
+SIGNAL_SYNTAX = "demand, gpu_utilization, or AGG(gpu_utilization) with AGG in " + ", ".join(
+    SIGNAL_AGGREGATIONS
+)
 _AGG = re.compile(r"^\s*(" + "|".join(SIGNAL_AGGREGATIONS) + r")\s*\(\s*gpu_utilization\s*\)\s*$")
 
 
@@ -84,29 +86,45 @@ class PrometheusPipeline:
     scrape_interval: int = 30
     delay_seconds: int = 0
     range_seconds: int = 0
+    exporter_offset: int = 0
+    scrape_offset: int = 0
 
     def _collected(self, scrape_at: int) -> int:
-        return scrape_at // self.exporter_interval * self.exporter_interval
+        """The exporter's last collection at or before a scrape (collections at offset + k * interval)."""
+        k = (scrape_at - self.exporter_offset) // self.exporter_interval
+        return self.exporter_offset + k * self.exporter_interval
 
     def sample_times(self, t: int) -> tuple[int, ...]:
         query_at = t - self.delay_seconds
-        last_scrape = query_at // self.scrape_interval * self.scrape_interval
+        k = (query_at - self.scrape_offset) // self.scrape_interval
+        last_scrape = self.scrape_offset + k * self.scrape_interval
         if last_scrape < 0:
             return ()
         if self.range_seconds <= 0:
-            return (self._collected(last_scrape),)
+            collected = self._collected(last_scrape)
+            return (collected,) if collected >= 0 else ()
         scrapes = range(last_scrape, max(-1, query_at - self.range_seconds), -self.scrape_interval)
-        return tuple(self._collected(s) for s in reversed(scrapes))
+        return tuple(c for c in (self._collected(s) for s in reversed(scrapes)) if c >= 0)
 
 
 def per_pod_values(observations: Sequence[Observation]) -> dict[str, float]:
-    """Each pod's mean over the observations in which it reported a sample."""
+    """Each pod's mean over the observations in which it reported a sample (Ready: ``util``, loading: 0)."""
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
-    for obs in observations:
-        for name, value in obs.samples().items():
-            sums[name] = sums.get(name, 0.0) + value
-            counts[name] = counts.get(name, 0) + 1
+    i, n = 0, len(observations)
+    while i < n:  # runs of observations with the same pods are summed in one pass
+        first = observations[i]
+        j, util_sum = i, 0.0
+        while j < n and observations[j].ready == first.ready and observations[j].loading == first.loading:
+            util_sum += observations[j].util
+            j += 1
+        for name in first.loading:
+            sums[name] = sums.get(name, 0.0)
+            counts[name] = counts.get(name, 0) + (j - i)
+        for name in first.ready:
+            sums[name] = sums.get(name, 0.0) + util_sum
+            counts[name] = counts.get(name, 0) + (j - i)
+        i = j
     return {name: sums[name] / counts[name] for name in sums}
 
 

@@ -34,22 +34,56 @@ def plot_result(result: Result, path: Path) -> None:
     times = [t / scale for t in range(0, sc.duration_seconds, step)]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(12, 7.5), sharex=True, height_ratios=(3, 2))
     first = result.timelines[0]
-    top.fill_between(times, [first.demand[t] for t in range(0, sc.duration_seconds, step)], step="post",
-                     color="0.85", label="demand", zorder=1)
-    top.plot(times, [first.demand[t] for t in range(0, sc.duration_seconds, step)], color="black",
-             linewidth=1.2, drawstyle="steps-post", zorder=3)
+    top.fill_between(
+        times,
+        [first.demand[t] for t in range(0, sc.duration_seconds, step)],
+        step="post",
+        color="0.85",
+        label="demand",
+        zorder=1,
+    )
+    top.plot(
+        times,
+        [first.demand[t] for t in range(0, sc.duration_seconds, step)],
+        color="black",
+        linewidth=1.2,
+        drawstyle="steps-post",
+        zorder=3,
+    )
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (tl, summary) in enumerate(zip(result.timelines, result.summaries, strict=True)):
         color = colors[i % len(colors)]
-        label = (f"{tl.policy}: {summary.gpu_hours:.1f} GPU-h, "
-                 f"{100 * summary.share_of_demand_unserved:.1f}% demand unserved, "
-                 f"{summary.direction_changes} direction changes")
-        top.plot(times, [tl.capacity[t] for t in range(0, sc.duration_seconds, step)], color=color,
-                 linewidth=1.6, drawstyle="steps-post", label=f"capacity, {label}", zorder=2)
-        bottom.plot(times, [tl.desired[t] for t in range(0, sc.duration_seconds, step)], color=color,
-                    linewidth=1.6, drawstyle="steps-post", label=f"{tl.policy}: desired")
-        bottom.plot(times, [tl.ready[t] for t in range(0, sc.duration_seconds, step)], color=color,
-                    linewidth=1.0, linestyle=":", drawstyle="steps-post", label=f"{tl.policy}: ready")
+        label = (
+            f"{tl.policy}: {summary.gpu_hours:.1f} GPU-h, "
+            f"{100 * summary.share_of_demand_unserved:.1f}% demand unserved, "
+            f"{summary.direction_changes} direction changes"
+        )
+        top.plot(
+            times,
+            [tl.capacity[t] for t in range(0, sc.duration_seconds, step)],
+            color=color,
+            linewidth=1.6,
+            drawstyle="steps-post",
+            label=f"capacity, {label}",
+            zorder=2,
+        )
+        bottom.plot(
+            times,
+            [tl.desired[t] for t in range(0, sc.duration_seconds, step)],
+            color=color,
+            linewidth=1.6,
+            drawstyle="steps-post",
+            label=f"{tl.policy}: desired",
+        )
+        bottom.plot(
+            times,
+            [tl.ready[t] for t in range(0, sc.duration_seconds, step)],
+            color=color,
+            linewidth=1.0,
+            linestyle=":",
+            drawstyle="steps-post",
+            label=f"{tl.policy}: ready",
+        )
     unit = sc.workload.demand_unit
     top.set_title(f"{sc.name}: demand vs. Ready capacity ({sc.workload.name})", loc="left", fontsize=12)
     top.set_ylabel(f"demand / capacity ({unit})")

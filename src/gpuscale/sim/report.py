@@ -19,7 +19,14 @@ from .workload import demand_series, step_time
 __all__ = ["Outputs", "Result", "run_scenario", "write_outputs"]
 
 TIMELINE_COLUMNS = (
-    "t", "policy", "demand", "capacity", "replicas_desired", "replicas_ready", "pods", "metric_value",
+    "t",
+    "policy",
+    "demand",
+    "capacity",
+    "replicas_desired",
+    "replicas_ready",
+    "pods",
+    "metric_value",
     "utilization_pct",
 )
 
@@ -43,9 +50,7 @@ def run_scenario(scenario: Scenario) -> Result:
     step_at = scenario.step_at_seconds
     if step_at is None:
         step_at = step_time(scenario.demand, demand)
-    timelines = tuple(
-        simulate(p, scenario.workload, demand, scenario.controller) for p in scenario.policies
-    )
+    timelines = tuple(simulate(p, scenario.workload, demand, scenario.controller) for p in scenario.policies)
     summaries = tuple(summarize(tl, scenario.workload.gpus_per_replica, step_at) for tl in timelines)
     return Result(scenario, timelines, summaries)
 
@@ -63,10 +68,19 @@ def write_outputs(result: Result, out_dir: Path) -> Outputs:
         writer.writerow(TIMELINE_COLUMNS)
         for tl in result.timelines:
             for t in range(0, len(tl.demand), step):
-                writer.writerow((
-                    t, tl.policy, _fmt(tl.demand[t]), _fmt(tl.capacity[t]), tl.desired[t], tl.ready[t],
-                    tl.pods[t], _fmt(tl.metric[t]), _fmt(tl.utilization[t]),
-                ))
+                writer.writerow(
+                    (
+                        t,
+                        tl.policy,
+                        _fmt(tl.demand[t]),
+                        _fmt(tl.capacity[t]),
+                        tl.desired[t],
+                        tl.ready[t],
+                        tl.pods[t],
+                        _fmt(tl.metric[t]),
+                        _fmt(tl.utilization[t]),
+                    )
+                )
     summary_path = out_dir / "summary.json"
     doc = {
         "scenario": result.scenario.name,

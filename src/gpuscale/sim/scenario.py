@@ -51,13 +51,17 @@ class Scenario:
 
 def _cluster(c: Checker, doc: dict[str, object]) -> ControllerConfig:
     raw = c.mapping(doc, "cluster", "", required=False) or {}
-    c.known(raw, "cluster", ("hpaSyncPeriodSeconds", "hpaTolerance", "downscaleStabilizationSeconds",
-                             "configurableTolerance"))
+    c.known(
+        raw,
+        "cluster",
+        ("hpaSyncPeriodSeconds", "hpaTolerance", "downscaleStabilizationSeconds", "configurableTolerance"),
+    )
     return ControllerConfig(
         sync_period_seconds=c.integer(raw, "hpaSyncPeriodSeconds", "cluster", default=15, minimum=1),
         tolerance=c.number(raw, "hpaTolerance", "cluster", default=0.1, minimum=0),
         downscale_stabilization_seconds=c.integer(
-            raw, "downscaleStabilizationSeconds", "cluster", default=300, minimum=0),
+            raw, "downscaleStabilizationSeconds", "cluster", default=300, minimum=0
+        ),
         configurable_tolerance=c.boolean(raw, "configurableTolerance", "cluster", default=True),
     )
 
@@ -65,16 +69,28 @@ def _cluster(c: Checker, doc: dict[str, object]) -> ControllerConfig:
 def _workload(c: Checker, doc: dict[str, object]) -> Workload:
     raw = c.mapping(doc, "workload", "", required=True) or {}
     p = "workload"
-    c.known(raw, p, ("name", "demandUnit", "capacityPerReplica", "gpusPerReplica", "provisioningSeconds",
-                     "loadSeconds", "initialReplicas"))
+    c.known(
+        raw,
+        p,
+        (
+            "name",
+            "demandUnit",
+            "capacityPerReplica",
+            "gpusPerReplica",
+            "provisioningSeconds",
+            "loadSeconds",
+            "initialReplicas",
+        ),
+    )
     unit = c.string(raw, "demandUnit", p, default="requests/s", choices=("requests/s", "gpu-seconds/s"))
     gpus = c.integer(raw, "gpusPerReplica", p, default=1, minimum=1)
     default_capacity = float(gpus) if unit == "gpu-seconds/s" else None
     return Workload(
         name=c.string(raw, "name", p, default="workload"),
         demand_unit=cast(Literal["requests/s", "gpu-seconds/s"], unit),
-        capacity_per_replica=c.number(raw, "capacityPerReplica", p, default=default_capacity, minimum=0,
-                                      exclusive=True),
+        capacity_per_replica=c.number(
+            raw, "capacityPerReplica", p, default=default_capacity, minimum=0, exclusive=True
+        ),
         gpus_per_replica=gpus,
         provisioning_seconds=c.integer(raw, "provisioningSeconds", p, default=0, minimum=0),
         load_seconds=c.integer(raw, "loadSeconds", p, default=60, minimum=0),
@@ -85,8 +101,14 @@ def _workload(c: Checker, doc: dict[str, object]) -> Workload:
 def _points(c: Checker, items: list[object], path: str) -> tuple[tuple[int, float], ...]:
     points: list[tuple[int, float]] = []
     for i, item in enumerate(items):
-        ok = (isinstance(item, list) and len(item) == 2 and isinstance(item[0], int)
-              and isinstance(item[1], int | float) and not isinstance(item[0], bool) and item[1] >= 0)
+        ok = (
+            isinstance(item, list)
+            and len(item) == 2
+            and isinstance(item[0], int)
+            and isinstance(item[1], int | float)
+            and not isinstance(item[0], bool)
+            and item[1] >= 0
+        )
         if not ok:
             c.bad(f"{path}[{i}]", item, "a pair [seconds, value >= 0]")
             continue
@@ -97,8 +119,9 @@ def _points(c: Checker, items: list[object], path: str) -> tuple[tuple[int, floa
     return tuple(points) or ((0, 0.0),)
 
 
-def _csv_points(c: Checker, raw: dict[str, object], path: str,
-                read_text: Callable[[str], str] | None) -> tuple[tuple[int, float], ...]:
+def _csv_points(
+    c: Checker, raw: dict[str, object], path: str, read_text: Callable[[str], str] | None
+) -> tuple[tuple[int, float], ...]:
     file = c.string(raw, "file", path, default=None)
     time_col = c.string(raw, "timeColumn", path, default="t")
     value_col = c.string(raw, "valueColumn", path, default="demand")
@@ -113,8 +136,11 @@ def _csv_points(c: Checker, raw: dict[str, object], path: str,
         return ((0, 0.0),)
     reader = csv.DictReader(io.StringIO(text))
     if reader.fieldnames is None or time_col not in reader.fieldnames or value_col not in reader.fieldnames:
-        c.fail(f"{path}.file", f'"{file}" needs columns "{time_col}" and "{value_col}"; '
-                               f"found [{', '.join(reader.fieldnames or [])}]")
+        c.fail(
+            f"{path}.file",
+            f'"{file}" needs columns "{time_col}" and "{value_col}"; '
+            f"found [{', '.join(reader.fieldnames or [])}]",
+        )
         return ((0, 0.0),)
     items: list[object] = []
     for row in reader:
@@ -125,7 +151,9 @@ def _csv_points(c: Checker, raw: dict[str, object], path: str,
     return _points(c, items, f"{path}.file({file}) rows")
 
 
-def _demand(c: Checker, doc: dict[str, object], read_text: Callable[[str], str] | None) -> tuple[DemandShape, int | None]:
+def _demand(
+    c: Checker, doc: dict[str, object], read_text: Callable[[str], str] | None
+) -> tuple[DemandShape, int | None]:
     raw = c.mapping(doc, "demand", "", required=True) or {"shape": "constant", "value": 0}
     p = "demand"
     shape = c.string(raw, "shape", p, default=None, choices=_SHAPES)
@@ -147,8 +175,10 @@ def _demand(c: Checker, doc: dict[str, object], read_text: Callable[[str], str] 
     def sec(key: str, default: int | None = None, minimum: int = 0) -> int:
         return c.integer(raw, key, p, default=default, minimum=minimum)
 
-    interpolation = cast(Literal["step", "linear"],
-                         c.string(raw, "interpolation", p, default="step", choices=("step", "linear")))
+    interpolation = cast(
+        Literal["step", "linear"],
+        c.string(raw, "interpolation", p, default="step", choices=("step", "linear")),
+    )
     result: DemandShape
     if shape == "constant":
         result = ConstantDemand(num("value"))
@@ -156,15 +186,18 @@ def _demand(c: Checker, doc: dict[str, object], read_text: Callable[[str], str] 
         until = sec("untilSeconds", -1) if raw.get("untilSeconds") is not None else None
         result = StepDemand(num("before"), num("after"), sec("atSeconds"), until)
     elif shape == "spike":
-        result = SpikeDemand(num("base", 0.0), num("value"), sec("atSeconds"), sec("durationSeconds", None, 1))
+        result = SpikeDemand(
+            num("base", 0.0), num("value"), sec("atSeconds"), sec("durationSeconds", None, 1)
+        )
     elif shape == "diurnal":
         low, high = num("min"), num("max")
         if high < low:
             c.bad(f"{p}.max", high, f"a number >= min ({low:g})")
         result = DiurnalDemand(low, high, sec("periodSeconds", 86400, 60), sec("peakAtSeconds", 50400))
     elif shape == "points":
-        result = PointsDemand(_points(c, c.sequence(raw, "points", p, required=True), f"{p}.points"),
-                              interpolation)
+        result = PointsDemand(
+            _points(c, c.sequence(raw, "points", p, required=True), f"{p}.points"), interpolation
+        )
     else:
         result = PointsDemand(_csv_points(c, raw, p, read_text), interpolation)
     return result, step
@@ -179,21 +212,38 @@ def parse_scenario(
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ScenarioError((f"not valid YAML{where}: {getattr(e, 'problem', None) or e}",), source=source) from None
+        raise ScenarioError(
+            (f"not valid YAML{where}: {getattr(e, 'problem', None) or e}",), source=source
+        ) from None
     if not isinstance(doc, dict):
-        raise ScenarioError(("the file must be a YAML mapping with name, workload, demand, policies",),
-                            source=source)
+        raise ScenarioError(
+            ("the file must be a YAML mapping with name, workload, demand, policies",), source=source
+        )
     c = Checker()
-    c.known(doc, "", ("name", "description", "durationSeconds", "timelineStepSeconds", "cluster", "workload",
-                      "demand", "policies"))
+    c.known(
+        doc,
+        "",
+        (
+            "name",
+            "description",
+            "durationSeconds",
+            "timelineStepSeconds",
+            "cluster",
+            "workload",
+            "demand",
+            "policies",
+        ),
+    )
     name = c.string(doc, "name", "", default=None)
     duration = c.integer(doc, "durationSeconds", "", default=None, minimum=1, maximum=MAX_DURATION)
     step_out = c.integer(doc, "timelineStepSeconds", "", default=1, minimum=1)
     controller = _cluster(c, doc)
     workload = _workload(c, doc)
     demand, step_at = _demand(c, doc, read_text)
-    policies = [parse_policy(c, raw, f"policies[{i}]")
-                for i, raw in enumerate(c.sequence(doc, "policies", "", required=True))]
+    policies = [
+        parse_policy(c, raw, f"policies[{i}]")
+        for i, raw in enumerate(c.sequence(doc, "policies", "", required=True))
+    ]
     names = [p.name for p in policies if p is not None]
     for dup in sorted({n for n in names if names.count(n) > 1}):
         c.fail("policies", f'name "{dup}" is used more than once; names must be unique')

@@ -1,0 +1,98 @@
+"""The shipped scenarios end to end, through the CLI sub-command, plus their golden results."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuscale.cli import simulate
+from gpuscale.sim import parse_scenario, run_scenario
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+
+
+def cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="gpuscale")
+    simulate.register(parser.add_subparsers())
+    args = parser.parse_args(["simulate", *argv])
+    code: int = args.func(args)
+    return code
+
+
+def load(name: str) -> object:
+    return parse_scenario((SCENARIOS / name).read_text(encoding="utf-8"), source=name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "llm-step-burst.yaml",
+        "spike-after-idle.yaml",
+        "keda-averagevalue-trap.yaml",
+        "k8s-docs-scale-down-policy.yaml",
+    ],
+)
+def test_cli_writes_the_three_outputs(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(str(SCENARIOS / name), "--out", str(tmp_path / "out")) == 0
+    out = tmp_path / "out"
+    lines = (out / "timeline.csv").read_text().splitlines()
+    assert (
+        lines[0]
+        == "t,policy,demand,capacity,replicas_desired,replicas_ready,pods,metric_value,utilization_pct"
+    )
+    summary = json.loads((out / "summary.json").read_text())
+    scenario = parse_scenario((SCENARIOS / name).read_text())
+    assert list(summary["policies"]) == [p.name for p in scenario.policies]
+    assert len(lines) == 1 + len(scenario.policies) * scenario.duration_seconds
+    assert (out / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"wrote {out / 'plot.png'}" in capsys.readouterr().out
+
+
+def test_every_shipped_scenario_parses() -> None:
+    names = sorted(p.name for p in SCENARIOS.glob("*.yaml"))
+    assert len(names) >= 5
+    for name in names:
+        load(name)
+
+
+def test_diurnal_day_runs(tmp_path: Path) -> None:
+    scenario = parse_scenario((SCENARIOS / "diurnal-day.yaml").read_text())
+    short = dataclasses.replace(scenario, duration_seconds=6 * 3600)  # the first 6 hours keep the test fast
+    result = run_scenario(short)
+    assert [s.policy for s in result.summaries] == ["prometheus-legacy-hpa", "gpuscale-with-behavior"]
+    assert all(s.share_of_demand_unserved < 0.05 for s in result.summaries)
+
+
+def test_k8s_docs_scale_down_policy_sequence() -> None:
+    # Pods 4/60s + Percent 10/60s, selectPolicy Max (the larger change = the lower floor), metric wants 10.
+    # t=0:   start 80: min(80-4, int(80*0.9)=72) = 72
+    # t=15..45: start = 72 + 8 removed in the last 60 s = 80 -> floor 72: held
+    # t=60:  the 8-pod event (t=0) is not newer than 60-60 -> start 72: min(68, int(64.8)=64) = 64
+    # t=120: min(60, int(57.6)) = 57; 180: min(53, int(51.3)) = 51; 240: min(47, int(45.9)) = 45
+    # t=300: min(41, int(40.5)) = 40; 360: min(36, int(36.0)) = 36; from here Pods wins: 32, 28, 24, 20, 16, 12
+    # t=780: start 12: min(8, int(10.8)=10) = 8 < desired 10 -> 10
+    scenario = parse_scenario((SCENARIOS / "k8s-docs-scale-down-policy.yaml").read_text())
+    tl = run_scenario(scenario).timelines[0]
+    at_syncs = [tl.desired[t] for t in range(0, 900, 15)]
+    assert at_syncs[:5] == [72, 72, 72, 72, 64]
+    distinct = [v for i, v in enumerate(tl.desired) if i == 0 or v != tl.desired[i - 1]]
+    assert [80, *distinct] == [80, 72, 64, 57, 51, 45, 40, 36, 32, 28, 24, 20, 16, 12, 10]
+    changes = [t for t in range(1, 900) if tl.desired[t] != tl.desired[t - 1]]
+    assert changes == [60 * k for k in range(1, 14)]
+
+
+def test_averagevalue_trap_flaps_and_the_right_configurations_settle() -> None:
+    result = run_scenario(parse_scenario((SCENARIOS / "keda-averagevalue-trap.yaml").read_text()))
+    by = {s.policy: s for s in result.summaries}
+    bad = by["bad-avg-util-averagevalue"]
+    good = [by["gpuscale-workload-scope"], by["avg-util-metrictype-value"]]
+    assert bad.direction_changes >= 10
+    assert all(bad.direction_changes >= 5 * max(1, g.direction_changes) for g in good)
+    # avg utilization <= 100 with AverageValue: ceil(100 / 70) = 2 is the most it can ever ask for
+    assert bad.max_replicas == 2
+    assert all(g.max_replicas == 6 for g in good)  # demand 40 / capacity 10 at 70 %: ceil(400 / 70) = 6
+    assert bad.share_of_demand_unserved > 5 * max(g.share_of_demand_unserved for g in good)
