@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -48,21 +49,37 @@ class FakeKubelet(podresources_pb2_grpc.PodResourcesListerServicer):
         self.calls = 0
         self._server: grpc.aio.Server | None = None
 
-    async def List(  # noqa: N802 - the generated servicer's name
-        self, request: podresources_pb2.ListPodResourcesRequest, context: grpc.aio.ServicerContext
+    async def List(
+        self, request: podresources_pb2.ListPodResourcesRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> podresources_pb2.ListPodResourcesResponse:
         self.calls += 1
         if self.fail_with is not None:
             await context.abort(*self.fail_with)
         return podresources_pb2.ListPodResourcesResponse(pod_resources=self.pods)
 
-    async def GetAllocatableResources(  # noqa: N802
-        self, request: podresources_pb2.AllocatableResourcesRequest, context: grpc.aio.ServicerContext
+    async def GetAllocatableResources(
+        self,
+        request: podresources_pb2.AllocatableResourcesRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
     ) -> podresources_pb2.AllocatableResourcesResponse:
         self.calls += 1
         if self.fail_with is not None:
             await context.abort(*self.fail_with)
         return podresources_pb2.AllocatableResourcesResponse(devices=self.allocatable)
+
+    async def Get(
+        self, request: podresources_pb2.GetPodResourcesRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> podresources_pb2.GetPodResourcesResponse:
+        self.calls += 1
+        if self.fail_with is not None:
+            await context.abort(*self.fail_with)
+        for pod in self.pods:
+            if (pod.namespace, pod.name) == (request.pod_namespace, request.pod_name):
+                return podresources_pb2.GetPodResourcesResponse(pod_resources=pod)
+        await context.abort(
+            grpc.StatusCode.NOT_FOUND, f"pod {request.pod_name} not found in {request.pod_namespace}"
+        )
+        raise AssertionError("abort raises")
 
     @property
     def running(self) -> bool:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 import grpc.aio
@@ -33,6 +34,10 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+if TYPE_CHECKING:
+    from gpuscale._proto.podresources_pb2_grpc import PodResourcesListerAsyncStub as _Stub
 
 DEFAULT_SOCKET_PATH = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -98,7 +103,7 @@ class PodResourcesClient:
         self.max_message_bytes = max_message_bytes
         self.extra_resource_names = frozenset(extra_resource_names)
         self._channel: grpc.aio.Channel | None = None
-        self._stub: podresources_pb2_grpc.PodResourcesListerStub | None = None
+        self._stub: _Stub | None = None
         self._socket_id: tuple[int, int] | None = None
 
     async def __aenter__(self) -> PodResourcesClient:
@@ -114,16 +119,14 @@ class PodResourcesClient:
         the kubelet answers with an error (e.g. ``RESOURCE_EXHAUSTED`` from its rate limit).
         """
         request = podresources_pb2.ListPodResourcesRequest()
-        response: podresources_pb2.ListPodResourcesResponse = await self._call("List", request)
+        response = await self._call(lambda stub: stub.List(request, timeout=self.timeout))
         return assignments_from_response(response, self.extra_resource_names)
 
     async def allocatable(self) -> tuple[tuple[str, str], ...]:
         """``(resource_name, device_id)`` of every GPU device the node can hand out
         (``GetAllocatableResources``, GA since Kubernetes 1.28)."""
         request = podresources_pb2.AllocatableResourcesRequest()
-        response: podresources_pb2.AllocatableResourcesResponse = await self._call(
-            "GetAllocatableResources", request
-        )
+        response = await self._call(lambda stub: stub.GetAllocatableResources(request, timeout=self.timeout))
         return tuple(
             (devices.resource_name, device_id)
             for devices in response.devices
@@ -136,13 +139,13 @@ class PodResourcesClient:
         if channel is not None:
             await channel.close()
 
-    async def _call(self, method: str, request: object) -> object:
+    async def _call(self, invoke: Callable[[_Stub], Awaitable[_T]]) -> _T:
         # One retry on a fresh channel when the old one is broken: after a kubelet restart the old channel
         # sits in reconnect backoff, a new one dials at once.
         for attempt in (1, 2):
             stub = await self._ensure_channel()
             try:
-                return await getattr(stub, method)(request, timeout=self.timeout)
+                return await invoke(stub)
             except grpc.aio.AioRpcError as e:
                 if e.code() in _UNAVAILABLE_CODES:
                     await self.close()
@@ -152,7 +155,7 @@ class PodResourcesClient:
                 raise KubeletError(self.socket_path, e.code().name, e.details() or "") from e
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _ensure_channel(self) -> podresources_pb2_grpc.PodResourcesListerStub:
+    async def _ensure_channel(self) -> _Stub:
         socket_id = _socket_identity(self.socket_path)
         if socket_id is None:
             await self.close()
