@@ -43,7 +43,7 @@ class SelectorError(ScalerError):
 
 
 class ProfileError(ScalerError):
-    """A profiles file is invalid. ``source`` names the file; ``problems`` holds every problem, in file order."""
+    """A profiles file is invalid. ``source`` names the file; ``problems`` lists every problem, in order."""
 
     def __init__(self, problems: tuple[str, ...], *, source: str = "profiles") -> None:
         self.problems = problems

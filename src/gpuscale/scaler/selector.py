@@ -28,9 +28,9 @@ Operator = Literal["=", "!=", "in", "notin", "exists", "!exists"]
 
 _NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_TOKEN = r"[^\s=!(),]+"
+_TOKEN = r"[^\s=!(),<>]+"
 _NOT_EXISTS = re.compile(rf"^!\s*({_TOKEN})$")
-_EQUALITY = re.compile(rf"^({_TOKEN})\s*(==|=|!=)\s*([^\s=!(),]*)$")
+_EQUALITY = re.compile(rf"^({_TOKEN})\s*(==|=|!=)\s*([^\s=!(),<>]*)$")
 _SET = re.compile(rf"^({_TOKEN})\s+(in|notin)\s*\((.*)\)$")
 _EXISTS = re.compile(rf"^({_TOKEN})$")
 _FORMS = "key, !key, key=value, key!=value, key in (v1,v2) or key notin (v1,v2)"
@@ -164,7 +164,7 @@ def _key(key: str, part: str, problems: list[str]) -> str:
 def _value(value: str, part: str, problems: list[str]) -> str:
     if value and not _NAME.match(value):
         problems.append(
-            f'requirement "{part}": value "{value}" must be empty or at most 63 characters of [A-Za-z0-9_.-], '
-            "starting and ending with a letter or digit"
+            f'requirement "{part}": value "{value}" must be empty or at most 63 characters of '
+            "[A-Za-z0-9_.-], starting and ending with a letter or digit"
         )
     return value

@@ -1,0 +1,392 @@
+"""Profiles: named defaults for a kind of GPU workload, and the vocabulary of the fields they set.
+
+A profile sets some of ``metric``, ``aggregation``, ``targetValue``, ``activationValue``, ``window``,
+``staleAfter``, ``scope`` and ``share``; keys given in the trigger metadata override it. The built-in profiles
+are below as Python data; ``docs/profiles.md`` gives the reasons for every number. ``load_profiles`` reads a
+YAML file that adds profiles or replaces built-in ones (``extends`` inherits the fields of another)::
+
+    profiles:
+      my-llm:
+        extends: llm-serving
+        targetValue: 75
+
+The field checks here (``check_choice``, ``check_number``, ``combination_problems``) are shared with
+``gpuscale.scaler.metadata``: they return what is wrong (``must be …``) and each caller says where.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal, cast
+
+import yaml
+
+from .errors import ProfileError
+
+__all__ = [
+    "AGGREGATIONS",
+    "BUILTIN_PROFILES",
+    "METRICS",
+    "PERCENT_METRICS",
+    "SCOPES",
+    "SHARES",
+    "Aggregation",
+    "Metric",
+    "Profile",
+    "ProfileSet",
+    "Scope",
+    "Share",
+    "load_profiles",
+    "parse_profiles",
+]
+
+Metric = Literal[
+    "gpu_utilization",
+    "memory_utilization",
+    "memory_used",
+    "memory_used_percent",
+    "temperature",
+    "power",
+    "power_percent",
+]
+Aggregation = Literal["avg", "max", "min", "p50", "p90", "p95", "p99", "sum"]
+Scope = Literal["node", "pool", "workload"]
+Share = Literal["container", "gpu"]
+
+METRICS: tuple[Metric, ...] = (
+    "gpu_utilization",
+    "memory_used",
+    "memory_used_percent",
+    "memory_utilization",
+    "power",
+    "power_percent",
+    "temperature",
+)
+AGGREGATIONS: tuple[Aggregation, ...] = ("avg", "max", "min", "p50", "p90", "p95", "p99", "sum")
+SCOPES: tuple[Scope, ...] = ("node", "pool", "workload")
+SHARES: tuple[Share, ...] = ("container", "gpu")
+PERCENT_METRICS: frozenset[Metric] = frozenset(
+    {"gpu_utilization", "memory_utilization", "memory_used_percent", "power_percent"}
+)
+CONTAINER_METRICS: tuple[Metric, ...] = ("gpu_utilization", "memory_used", "memory_used_percent")
+
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+_BYTES = {
+    "": 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+}
+_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(k|M|G|T|Ki|Mi|Gi|Ti)?$")
+_PROFILE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def show(value: object) -> str:
+    """A value as messages quote it: ``"…"``, cut to 100 characters."""
+    if isinstance(value, float):
+        text = f"{value:g}"
+    else:
+        text = value if isinstance(value, str) else ("null" if value is None else str(value))
+    return '"' + (text if len(text) <= 100 else text[:99] + "…") + '"'
+
+
+def check_choice(raw: object, allowed: Iterable[str]) -> tuple[str | None, str | None]:
+    """``(value, None)`` or ``(None, "must be one of [...]")``."""
+    options = sorted(allowed)
+    if isinstance(raw, str) and raw in options:
+        return raw, None
+    return None, f"must be one of [{', '.join(options)}]"
+
+
+def check_number(
+    raw: object, *, minimum: float, exclusive: bool, bytes_units: bool = False
+) -> tuple[float | None, str | None]:
+    """A finite number ``> minimum`` (``exclusive``) or ``>= minimum``; strings like ``"70"`` or ``"1e3"``
+    (with ``bytes_units``: also ``"40Gi"``, ``"500M"``), or YAML numbers (not booleans)."""
+    value: float | None = None
+    if isinstance(raw, int | float) and not isinstance(raw, bool):
+        value = float(raw)
+    elif isinstance(raw, str):
+        text = raw.strip()
+        m = _QUANTITY.match(text) if bytes_units else None
+        if m:
+            value = float(m[1]) * _BYTES[m[2] or ""]
+        elif _NUMBER.match(text):
+            value = float(text)
+    if value is None or not math.isfinite(value):
+        unit = " or a byte quantity such as 40Gi" if bytes_units else ""
+        return None, f"must be a finite number{unit}"
+    if value < minimum or (exclusive and value == minimum):
+        return None, f"must be {'greater than' if exclusive else 'at least'} {minimum:g}"
+    return value, None
+
+
+def combination_problems(
+    *,
+    metric: Metric | None,
+    aggregation: Aggregation | None,
+    scope: Scope | None,
+    share: Share | None,
+    target: float | None,
+    activation: float | None,
+    window: float | None,
+    stale_after: float | None,
+) -> list[tuple[str, float | str, str]]:
+    """Problems of fields that are fine alone but not together: ``(key, value, "must be …")``.
+    A ``None`` field is not known yet; checks needing it are skipped."""
+    out: list[tuple[str, float | str, str]] = []
+    percent = metric in PERCENT_METRICS and aggregation is not None and aggregation != "sum"
+    if percent and target is not None and target > 100:
+        out.append(("targetValue", target, f'must be at most 100 for metric "{metric}" (a percentage)'))
+    if percent and activation is not None and activation >= 100:
+        out.append(
+            (
+                "activationValue",
+                activation,
+                f'must be less than 100 for metric "{metric}" (a percentage), or the trigger is never active',
+            )
+        )
+    if aggregation == "sum" and scope == "workload":
+        out.append(
+            (
+                "aggregation",
+                "sum",
+                'is not allowed with scope "workload" (the value is already '
+                "multiplied by the pod count); use avg, max, min or a percentile, or scope node or pool",
+            )
+        )
+    if share == "container" and scope is not None and scope != "workload":
+        out.append(("share", "container", f'is only allowed with scope "workload" (scope is "{scope}")'))
+    if share == "container" and metric is not None and metric not in CONTAINER_METRICS:
+        out.append(
+            (
+                "share",
+                "container",
+                f'is only allowed with metric {", ".join(CONTAINER_METRICS)} (metric is "{metric}")',
+            )
+        )
+    if window is not None and stale_after is not None and window > stale_after:
+        out.append(
+            ("window", window, f"must be at most staleAfter ({stale_after:g}): older samples never count")
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """Named defaults. ``None`` fields are not set by the profile (the next default applies)."""
+
+    name: str
+    description: str = ""
+    metric: Metric | None = None
+    aggregation: Aggregation | None = None
+    target_value: float | None = None
+    activation_value: float | None = None
+    window: float | None = None
+    stale_after: float | None = None
+    scope: Scope | None = None
+    share: Share | None = None
+
+
+# fmt: off
+def _builtin(name: str, description: str, metric: Metric, aggregation: Aggregation, target: float,
+             activation: float, window: float, stale_after: float) -> Profile:
+    numbers = (float(target), float(activation), float(window), float(stale_after))
+    return Profile(name, description, metric, aggregation, *numbers)
+
+
+# name, description, metric, aggregation, targetValue, activationValue, window, staleAfter
+BUILTIN_PROFILES: tuple[Profile, ...] = (
+    _builtin("batch-inference", "offline, queue-fed inference: keep every GPU busy, scale on sustained load",
+             "gpu_utilization", "avg", 90, 0, 60, 90),
+    _builtin("llm-serving", "LLM servers with continuous batching (vLLM, TGI, TensorRT-LLM), smoothed",
+             "gpu_utilization", "avg", 85, 5, 30, 45),
+    _builtin("memory-bound", "bandwidth-bound work (LLM decode, embeddings): memory controller load",
+             "memory_utilization", "avg", 60, 5, 20, 30),
+    _builtin("memory-capacity", "frameworks that allocate and free GPU memory with load: avoid OOM",
+             "memory_used_percent", "max", 80, 0, 10, 30),
+    _builtin("online-inference", "latency-sensitive inference (Triton, TorchServe): headroom on busy GPUs",
+             "gpu_utilization", "p90", 60, 1, 10, 15),
+    _builtin("power-capped", "power draw as a share of the enforced limit: tracks work done, not duty cycle",
+             "power_percent", "avg", 75, 30, 30, 45),
+    _builtin("training-throughput", "elastic or queue-fed training workers: smooth over eval and checkpoints",
+             "gpu_utilization", "avg", 90, 0, 120, 180),
+)
+# fmt: on
+
+_FIELDS: dict[str, str] = {  # YAML / metadata key -> Profile attribute
+    "metric": "metric",
+    "aggregation": "aggregation",
+    "targetValue": "target_value",
+    "activationValue": "activation_value",
+    "window": "window",
+    "staleAfter": "stale_after",
+    "scope": "scope",
+    "share": "share",
+}
+
+
+class ProfileSet(Mapping[str, Profile]):
+    """An immutable, hashable set of profiles by name (so it can be part of a cache key)."""
+
+    __slots__ = ("_hash", "_profiles")
+
+    def __init__(self, profiles: Iterable[Profile] = ()) -> None:
+        self._profiles: dict[str, Profile] = {p.name: p for p in profiles}
+        self._hash = hash(frozenset(self._profiles.items()))
+
+    @classmethod
+    def builtin(cls) -> ProfileSet:
+        return cls(BUILTIN_PROFILES)
+
+    def with_profiles(self, profiles: Iterable[Profile]) -> ProfileSet:
+        """This set plus ``profiles``, which replace same-named ones."""
+        return ProfileSet([*self._profiles.values(), *profiles])
+
+    def __getitem__(self, name: str) -> Profile:
+        return self._profiles[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._profiles))
+
+    def __len__(self) -> int:
+        return len(self._profiles)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ProfileSet):
+            return NotImplemented
+        return self._hash == other._hash and self._profiles == other._profiles
+
+    def __repr__(self) -> str:
+        return f"ProfileSet({sorted(self._profiles)})"
+
+
+def load_profiles(path: str | Path, *, base: ProfileSet | None = None) -> ProfileSet:
+    """Read a profiles YAML file; its profiles add to or replace those of ``base`` (default: the built-ins).
+    Raise ``ProfileError`` naming every bad profile and field."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ProfileError((f"cannot read the file: {e}",), source=source) from e
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ProfileError((f"not valid YAML: {e}".replace("\n", " "),), source=source) from e
+    return parse_profiles(data, source=source, base=base)
+
+
+def parse_profiles(data: object, *, source: str = "profiles", base: ProfileSet | None = None) -> ProfileSet:
+    """Validate already-loaded YAML data (``{"profiles": {name: {field: value}}}``)."""
+    base = ProfileSet.builtin() if base is None else base
+    problems: list[str] = []
+    if not isinstance(data, dict) or not isinstance(data.get("profiles"), dict):
+        raise ProfileError(
+            (
+                'the file must be a mapping with a key "profiles" holding a mapping of '
+                "profile names to fields",
+            ),
+            source=source,
+        )
+    problems.extend(
+        f'top-level key "{k}" is not known; the only key is "profiles"' for k in data if k != "profiles"
+    )
+    known: dict[str, Profile] = dict(base.items())
+    parsed: list[Profile] = []
+    for name, body in data["profiles"].items():
+        profile = _profile(name, body, known, problems)
+        if profile is not None:
+            known[profile.name] = profile
+            parsed.append(profile)
+    if problems:
+        raise ProfileError(tuple(problems), source=source)
+    return base.with_profiles(parsed)
+
+
+def _profile(name: object, body: object, known: Mapping[str, Profile], problems: list[str]) -> Profile | None:
+    if not isinstance(name, str) or not _PROFILE_NAME.match(name):
+        problems.append(
+            f"profile name {show(name)} must be 1 to 63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit"
+        )
+        return None
+    where = f'profile "{name}"'
+    if body is None:
+        body = {}
+    if not isinstance(body, dict):
+        problems.append(f"{where} must be a mapping of fields, not {show(body)}")
+        return None
+    before = len(problems)
+    profile = Profile(name)
+    if "extends" in body:
+        parent = body["extends"]
+        if isinstance(parent, str) and parent in known:
+            profile = replace(known[parent], name=name)
+        else:
+            _, tail = check_choice(parent, known)
+            problems.append(
+                f'{where} field "extends": value {show(parent)} {tail} (built-in or defined earlier)'
+            )
+    values: dict[str, object] = {}
+    for key, raw in body.items():
+        if key == "extends":
+            continue
+        if key == "description":
+            if isinstance(raw, str):
+                values["description"] = raw
+            else:
+                problems.append(f'{where} field "description": value {show(raw)} must be a string')
+            continue
+        if key not in _FIELDS:
+            allowed = ", ".join(sorted([*_FIELDS, "description", "extends"]))
+            problems.append(f"{where} field {show(key)}: not known; known fields are [{allowed}]")
+            continue
+        value, tail = _check_field(key, raw, body.get("metric", profile.metric))
+        if tail is not None:
+            problems.append(f'{where} field "{key}": value {show(raw)} {tail}')
+        else:
+            values[_FIELDS[key]] = value
+    profile = replace(profile, **values)  # type: ignore[arg-type]
+    for key, value, tail in combination_problems(
+        metric=profile.metric,
+        aggregation=profile.aggregation,
+        scope=profile.scope,
+        share=profile.share,
+        target=profile.target_value,
+        activation=profile.activation_value,
+        window=profile.window,
+        stale_after=profile.stale_after,
+    ):
+        problems.append(f'{where} field "{key}": value {show(value)} {tail}')
+    return profile if len(problems) == before else None
+
+
+def _check_field(key: str, raw: object, metric: object) -> tuple[object, str | None]:
+    if key == "metric":
+        return check_choice(raw, METRICS)
+    if key == "aggregation":
+        return check_choice(raw, AGGREGATIONS)
+    if key == "scope":
+        return check_choice(raw, SCOPES)
+    if key == "share":
+        return check_choice(raw, SHARES)
+    bytes_units = key in ("targetValue", "activationValue") and metric == "memory_used"
+    strict = key in ("targetValue", "staleAfter")
+    return check_number(raw, minimum=0, exclusive=strict, bytes_units=bytes_units)
+
+
+def field_value(profile: Profile, key: str) -> object:
+    """The profile's value for a metadata key (``targetValue`` …), or ``None``."""
+    return cast(object, getattr(profile, _FIELDS[key]))
