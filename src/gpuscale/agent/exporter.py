@@ -96,8 +96,11 @@ def container_shares(view: GpuView) -> list[ContainerShare]:
         else:
             sm.setdefault(ref, None)
         mem[ref] = mem.get(ref, 0) + (p.used_memory_bytes or 0)
-    if s.processes and any(p.sm_utilization is not None for p in s.processes):
-        sm = {c: (0.0 if v is None else v) for c, v in sm.items()}  # no process of it ran: 0, not unknown
+    if (s.processes and all(p.sm_utilization is not None for p in s.processes)
+            and all(p.pid in view.owners for p in s.processes)):
+        # Every process on the GPU is accounted for: a holder with none of them uses 0 %. When some process
+        # is not attributed (yet), a holder without one is unknown, never a made-up 0.
+        sm = {c: (0.0 if v is None else v) for c, v in sm.items()}
     return [ContainerShare(c, sm[c], mem.get(c, 0), alloc if c in holders else None) for c in sm]
 
 

@@ -73,7 +73,8 @@ class Agent:
         self.metrics = AgentMetrics(self.registry)
         self.state = NodeState(settings.node_name, settings.history_length)
         self.sampler = Sampler(backend, read_timeout=settings.read_timeout, clock=clock)
-        self._pods = pods
+        self.pods = pods
+        self._pods_seen = -1
         self._owners = OwnerResolver(settings.proc_root, pods)
         self._clock = clock
         self.registry.register(
@@ -104,8 +105,8 @@ class Agent:
         await self._start_http()
         self._tasks.append(asyncio.create_task(self._loop("sampling", self._sample_forever)))
         self._tasks.append(asyncio.create_task(self._loop("attribution", self._attribute_forever)))
-        if self._pods is not None:
-            self._tasks.append(asyncio.create_task(self._loop("pod watch", self._pods.run)))
+        if self.pods is not None:
+            self._tasks.append(asyncio.create_task(self._loop("pod watch", self.pods.run)))
 
     async def stop(self) -> None:
         for t in self._tasks:
@@ -219,8 +220,9 @@ class Agent:
         for uuid in result.samples:
             if self.state.errors.get(uuid) is not None:
                 log.info("GPU %s reads again", uuid)
-        if self._pods is not None and self._pods.version != self.state.pods_version:
-            self.state.set_pods(self._clock(), self._pods.snapshot())
+        if self.pods is not None and self.pods.version != self._pods_seen:
+            self._pods_seen = self.pods.version
+            self.state.set_pods(self._clock(), self.pods.snapshot())
         owners = self._owners.resolve(self.state, result.samples)
         self.state.record_round(self._clock(), result.samples, result.errors, owners)
         self._last_round_end = self._clock()

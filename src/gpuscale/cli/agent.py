@@ -134,6 +134,9 @@ async def serve(settings: AgentSettings, backend: Backend) -> None:
         await stop.wait()
     finally:
         await agent.stop()
+        api = getattr(agent.pods, "api", None)
+        if api is not None:
+            await api.close()
 
 
 def run(args: argparse.Namespace) -> int:
