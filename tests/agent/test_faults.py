@@ -1,0 +1,82 @@
+"""Faults the agent survives: the kubelet going away and back, a hung GPU read, the driver reloading."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from tests.fakes.kubelet import FakeKubelet, pod_resources
+
+from .conftest import AgentFactory
+from .faults import FlakyBackend
+from .test_metrics import eventually, scrape, series
+
+
+async def test_kubelet_socket_disappears_and_comes_back(start_agent: AgentFactory, kubelet: FakeKubelet,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    agent = await start_agent("constant:50", gpus=2)
+    u0, u1 = (d.uuid for d in agent.state.devices)
+    kubelet.pods = [pod_resources("ai", "llm-0", {"server": [("nvidia.com/gpu", [u0])]})]
+    await eventually(lambda: _holds(agent, u0, "llm-0"))
+    await kubelet.stop()  # the kubelet restarts: its socket is gone
+    await asyncio.sleep(0.4)
+    assert agent.state.assignments[u0][0].container.pod == "llm-0"  # the last attribution is kept
+    _, text = await scrape(agent)
+    assert any(lab.get("pod") == "llm-0" for lab, _ in series(text, "DCGM_FI_DEV_GPU_UTIL"))
+    kubelet.pods = [pod_resources("ai", "llm-1", {"server": [("nvidia.com/gpu", [u1])]})]
+    await kubelet.start()  # back, with a new socket file and other pods
+    await eventually(lambda: _holds(agent, u1, "llm-1"))
+    assert u0 not in agent.state.assignments
+    assert any("kubelet socket" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+
+
+async def _holds(agent, uuid: str, pod: str) -> bool:  # type: ignore[no-untyped-def]
+    return any(a.container.pod == pod for a in agent.state.assignments.get(uuid, ()))
+
+
+async def test_hung_read_is_bounded_and_others_go_on(start_agent: AgentFactory) -> None:
+    backend = FlakyBackend(gpus=2, patterns="constant:20")
+    agent = await start_agent(backend=backend, read_timeout=0.3)
+    await asyncio.sleep(0.25)
+    backend.hanging.add(1)
+    try:
+        async def timed_out() -> bool:
+            _, text = await scrape(agent)
+            errs = {(lab["gpu"], lab["kind"]): v for lab, v in series(text, "gpuscale_agent_read_errors_total")}
+            return errs.get(("1", "timeout"), 0) >= 2
+
+        await eventually(timed_out)
+        before = agent.state.history[agent.state.devices[0].uuid][-1].timestamp
+        await asyncio.sleep(0.5)
+        after = agent.state.history[agent.state.devices[0].uuid][-1].timestamp
+        assert after > before  # GPU 0 keeps being sampled while GPU 1's read hangs
+        status, _ = await scrape(agent, "/healthz")
+        assert status == 200
+    finally:
+        backend.hanging.clear()
+        backend.hang.set()  # release the stuck read
+    await eventually(lambda: _up(agent, "1"))
+
+
+async def _up(agent, gpu: str) -> bool:  # type: ignore[no-untyped-def]
+    _, text = await scrape(agent)
+    return {lab["gpu"]: v for lab, v in series(text, "gpuscale_agent_gpu_up")}.get(gpu) == 1.0
+
+
+async def test_driver_reload_reopens_the_backend(start_agent: AgentFactory) -> None:
+    backend = FlakyBackend(gpus=2, patterns="constant:45")
+    agent = await start_agent(backend=backend)
+    await eventually(lambda: _up(agent, "0"))
+    backend.driver_gone = True  # every read fails with "driver", and open() fails too
+    await asyncio.sleep(0.5)
+    assert backend.opens == 1
+    _, text = await scrape(agent)
+    assert {lab["gpu"]: v for lab, v in series(text, "gpuscale_agent_gpu_up")} == {"0": 0.0, "1": 0.0}
+    assert [v for lab, v in series(text, "DCGM_FI_DEV_GPU_UTIL")] == [45.0, 45.0]  # last values, aging
+    backend.driver_gone = False  # the driver is back: the agent re-opens the backend by itself
+    await eventually(lambda: _up(agent, "0") , timeout=5)
+    assert backend.opens >= 2
+    _, text = await scrape(agent)
+    assert series(text, "gpuscale_agent_backend_reopens_total")[0][1] >= 1
