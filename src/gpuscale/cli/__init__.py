@@ -15,7 +15,7 @@ from ..errors import UsageError
 __all__ = ["main"]
 
 # Sub-commands, in the order ``gpuscale --help`` lists them.
-COMMANDS = ("probe", "agent", "simulate")
+COMMANDS = ("probe", "agent", "scaler", "query", "simulate", "render")
 
 
 def build_parser() -> argparse.ArgumentParser:

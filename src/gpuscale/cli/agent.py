@@ -10,6 +10,8 @@ import signal
 import socket
 from pathlib import Path
 
+import grpc.aio
+
 from ..agent.service import Agent, PodSource
 from ..agent.settings import AgentSettings
 from ..backends.base import Backend
@@ -70,6 +72,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=env("EXTRA_RESOURCE_NAMES", ""),
         help="more device-plugin resource names to attribute, comma-separated (e.g. nvidia.com/gpu.shared)",
     )
+    p.add_argument(
+        "--serve-external-scaler",
+        action="store_true",
+        default=env("SERVE_EXTERNAL_SCALER", "") in ("1", "true"),
+        help="also answer KEDA's externalscaler calls for this node's GPUs (trigger scope: node) on the "
+        "gRPC port",
+    )
     p.set_defaults(func=run)
 
 
@@ -104,6 +113,7 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         history_seconds=_positive(args.history, "--history"),
         proc_root=Path(args.proc_root),
         extra_resource_names=tuple(n.strip() for n in args.extra_resource_names.split(",") if n.strip()),
+        serve_external_scaler=args.serve_external_scaler,
     )
 
 
@@ -119,6 +129,13 @@ async def pod_source(settings: AgentSettings) -> PodSource | None:
 
 async def serve(settings: AgentSettings, backend: Backend) -> None:
     agent = Agent(settings, backend, pods=await pod_source(settings))
+    if settings.serve_external_scaler:
+        from ..scaler.local import add_node_scope
+
+        def add_scaler(server: grpc.aio.Server) -> None:
+            add_node_scope(server, agent.state, registry=agent.registry)
+
+        agent.extra_services.append(add_scaler)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -1,0 +1,176 @@
+"""``gpuscale query``: call an external scaler the way KEDA does and show the answers.
+
+KEDA's poll: ``GetMetricSpec``, then for each spec ``GetMetrics`` (with the spec's metric name) and
+``IsActive``. ``--stream`` then follows ``StreamIsActive`` (what an ``external-push`` trigger opens). A failed
+call prints its gRPC code and message and exits 1; bad flags exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from .._proto import externalscaler_pb2 as pb
+from .._proto import externalscaler_pb2_grpc as pb_grpc
+from ..errors import UsageError
+from ..scaler.discovery import parse_host_port
+from ..scaler.wire import scaled_object_ref
+
+__all__ = ["parse_metadata_args", "register"]
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "query",
+        help="call an external scaler like KEDA does and print its answers",
+        description="Call an external scaler like KEDA does (GetMetricSpec, then GetMetrics with the spec's "
+        "metric name, and IsActive) and print the answers.",
+    )
+    p.add_argument("--address", required=True, help="HOST:PORT of the scaler (or of an agent)")
+    p.add_argument("--name", required=True, help="the ScaledObject's name")
+    p.add_argument("--namespace", default="default", help="the ScaledObject's namespace (default: default)")
+    p.add_argument(
+        "-m",
+        "--metadata",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a trigger metadata entry; repeat for more",
+    )
+    p.add_argument("--stream", action="store_true", help="then follow StreamIsActive until Ctrl-C")
+    p.add_argument("--json", action="store_true", help="print JSON (with --stream: one object per line)")
+    p.add_argument("--timeout", type=float, default=5.0, help="seconds per call (default 5)")
+    t = p.add_argument_group("TLS")
+    t.add_argument("--tls-ca", help="PEM CA bundle to verify the server (enables TLS)")
+    t.add_argument("--tls-cert", help="PEM client certificate, for mutual TLS (enables TLS)")
+    t.add_argument("--tls-key", help="PEM client key, for mutual TLS")
+    t.add_argument("--tls-server-name", help="expected name in the server certificate (default: the host)")
+    p.set_defaults(func=run)
+
+
+def parse_metadata_args(items: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f'-m "{item}" must be KEY=VALUE, e.g. -m metric=gpu_utilization')
+        out[key.strip()] = value
+    return out
+
+
+def _read(path: str | None, flag: str) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise UsageError(f'{flag} "{path}": {e.strerror or e}') from None
+
+
+def _channel(args: argparse.Namespace) -> grpc.Channel:
+    parse_host_port(args.address, "--address")
+    if not (args.tls_ca or args.tls_cert or args.tls_key):
+        return grpc.insecure_channel(args.address)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise UsageError("mutual TLS needs both --tls-cert and --tls-key")
+    creds = grpc.ssl_channel_credentials(
+        root_certificates=_read(args.tls_ca, "--tls-ca"),
+        private_key=_read(args.tls_key, "--tls-key"),
+        certificate_chain=_read(args.tls_cert, "--tls-cert"),
+    )
+    options = []
+    if args.tls_server_name:
+        options.append(("grpc.ssl_target_name_override", args.tls_server_name))
+    return grpc.secure_channel(args.address, creds, options=options)
+
+
+class _CallFailed(Exception):
+    def __init__(self, method: str, error: grpc.RpcError) -> None:
+        code = error.code() if isinstance(error, grpc.Call) else grpc.StatusCode.UNKNOWN
+        details = error.details() if isinstance(error, grpc.Call) else str(error)
+        super().__init__(f"{method}: {code.name}: {details}")
+        self.method = method
+        self.code = code.name
+        self.details = details or ""
+
+
+def _spec_json(s: pb.MetricSpec) -> dict[str, Any]:
+    return {"metricName": s.metricName, "targetSize": s.targetSize, "targetSizeFloat": s.targetSizeFloat}
+
+
+def _value_json(v: pb.MetricValue) -> dict[str, Any]:
+    return {"metricName": v.metricName, "metricValue": v.metricValue, "metricValueFloat": v.metricValueFloat}
+
+
+def poll(stub: pb_grpc.ExternalScalerStub, ref: pb.ScaledObjectRef, timeout: float) -> dict[str, Any]:
+    """One KEDA poll; raise ``_CallFailed`` at the first failed call."""
+    try:
+        spec = stub.GetMetricSpec(ref, timeout=timeout)
+    except grpc.RpcError as e:
+        raise _CallFailed("GetMetricSpec", e) from None
+    metrics: list[dict[str, Any]] = []
+    for s in spec.metricSpecs:
+        try:
+            values = stub.GetMetrics(
+                pb.GetMetricsRequest(scaledObjectRef=ref, metricName=s.metricName), timeout=timeout
+            )
+        except grpc.RpcError as e:
+            raise _CallFailed("GetMetrics", e) from None
+        metrics.extend(_value_json(v) for v in values.metricValues)
+    try:
+        active = stub.IsActive(ref, timeout=timeout).result
+    except grpc.RpcError as e:
+        raise _CallFailed("IsActive", e) from None
+    return {"metricSpecs": [_spec_json(s) for s in spec.metricSpecs], "metrics": metrics, "isActive": active}
+
+
+def _print_poll(result: Mapping[str, Any]) -> None:
+    print("GetMetricSpec:")
+    for s in result["metricSpecs"]:
+        print(f"  {s['metricName']}  target {s['targetSizeFloat']:g} (int {s['targetSize']})")
+    print("GetMetrics:")
+    for v in result["metrics"]:
+        print(f"  {v['metricName']}  value {v['metricValueFloat']:g} (int {v['metricValue']})")
+    print(f"IsActive: {'true' if result['isActive'] else 'false'}")
+
+
+def _stream(stub: pb_grpc.ExternalScalerStub, ref: pb.ScaledObjectRef, as_json: bool) -> None:
+    if not as_json:
+        print("StreamIsActive: (Ctrl-C to stop)", flush=True)
+    try:
+        for msg in stub.StreamIsActive(ref):
+            stamp = time.strftime("%H:%M:%S")
+            if as_json:
+                print(json.dumps({"time": time.time(), "isActive": msg.result}), flush=True)
+            else:
+                print(f"  {stamp}  active={'true' if msg.result else 'false'}", flush=True)
+    except grpc.RpcError as e:
+        raise _CallFailed("StreamIsActive", e) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    metadata = parse_metadata_args(args.metadata)
+    ref = scaled_object_ref(args.name, args.namespace, metadata)
+    with _channel(args) as channel:
+        stub = pb_grpc.ExternalScalerStub(channel)
+        try:
+            result = poll(stub, ref, args.timeout)
+            if args.json:
+                print(json.dumps(result, indent=None if args.stream else 2), flush=True)
+            else:
+                _print_poll(result)
+            if args.stream:
+                _stream(stub, ref, args.json)
+        except _CallFailed as e:
+            if args.json:
+                print(json.dumps({"error": {"method": e.method, "code": e.code, "message": e.details}}))
+            print(f"gpuscale query: {e}", file=sys.stderr)
+            return 1
+    return 0

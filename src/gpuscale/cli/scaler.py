@@ -1,0 +1,161 @@
+"""``gpuscale scaler``: the cluster scaler KEDA talks to (a Deployment, 2+ replicas)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+from pathlib import Path
+
+from ..errors import UsageError
+from ..scaler.discovery import parse_host_port
+from ..scaler.errors import ProfileError
+from ..scaler.profiles import ProfileSet, load_profiles
+from ..scaler.server import Scaler, ScalerSettings, TlsFiles
+from ._options import env
+
+__all__ = ["register", "settings_from_args"]
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "scaler",
+        help="run the cluster scaler: follow every agent, answer KEDA's external scaler calls",
+        description="Run the cluster scaler: follow every agent's Watch stream and answer KEDA's "
+        "externalscaler.ExternalScaler calls for workloads (scope workload) and node pools (scope pool). "
+        "Every flag also reads GPUSCALE_<FLAG>.",
+    )
+    a = p.add_argument_group("agents")
+    a.add_argument(
+        "--agents",
+        default=env("AGENTS", ""),
+        help="agents' HOST:PORT, comma-separated",
+    )
+    a.add_argument(
+        "--agents-dns",
+        default=env("AGENTS_DNS"),
+        metavar="NAME:PORT",
+        help="DNS name of the agents' headless Service and their gRPC port, resolved again every "
+        "--dns-interval seconds (e.g. gpuscale-agent.gpuscale-system.svc:6000)",
+    )
+    a.add_argument(
+        "--dns-interval", default=env("DNS_INTERVAL", "5"), help="seconds between DNS lookups (default 5)"
+    )
+    a.add_argument(
+        "--history",
+        default=env("HISTORY", "120"),
+        help="seconds of samples kept per GPU; the longest staleAfter a trigger may use (default 120)",
+    )
+    p.add_argument(
+        "--grpc-address",
+        default=env("GRPC_ADDRESS", "0.0.0.0:6001"),
+        help="HOST:PORT of the gRPC server: ExternalScaler, health, reflection (default 0.0.0.0:6001)",
+    )
+    p.add_argument(
+        "--metrics-address",
+        default=env("METRICS_ADDRESS", "0.0.0.0:9401"),
+        help="HOST:PORT of /metrics, /healthz, /readyz (default 0.0.0.0:9401)",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        default=env("KUBECONFIG_PATH"),
+        help="kubeconfig for the Kubernetes API (ScaledObject → target → pod selector); default: the "
+        "in-cluster configuration in a pod, else none (then workload scope needs podSelector)",
+    )
+    p.add_argument("--profiles", default=env("PROFILES"), help="YAML file of more trigger profiles")
+    t = p.add_argument_group("TLS (between KEDA and the scaler)")
+    t.add_argument("--tls-cert", default=env("TLS_CERT"), help="PEM certificate of the gRPC server")
+    t.add_argument("--tls-key", default=env("TLS_KEY"), help="PEM private key of the gRPC server")
+    t.add_argument(
+        "--tls-client-ca",
+        default=env("TLS_CLIENT_CA"),
+        help="PEM CA bundle; when given, clients must present a certificate it signed (mutual TLS)",
+    )
+    p.set_defaults(func=run)
+
+
+def _positive(text: str, flag: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise UsageError(f'{flag} "{text}" must be a number of seconds') from None
+    if not v > 0:
+        raise UsageError(f'{flag} "{text}" must be greater than 0')
+    return v
+
+
+def _file(text: str, flag: str) -> Path:
+    path = Path(text)
+    if not path.is_file():
+        raise UsageError(f'{flag} "{text}" is not a readable file')
+    return path
+
+
+def settings_from_args(args: argparse.Namespace) -> ScalerSettings:
+    agents = tuple(a.strip() for a in (args.agents or "").split(",") if a.strip())
+    if agents and args.agents_dns:
+        raise UsageError("give --agents or --agents-dns, not both")
+    if not agents and not args.agents_dns:
+        raise UsageError("give the agents: --agents HOST:PORT,... or --agents-dns NAME:PORT")
+    for a in agents:
+        parse_host_port(a, "--agents")
+    if args.agents_dns:
+        parse_host_port(args.agents_dns, "--agents-dns")
+    parse_host_port(args.grpc_address, "--grpc-address")
+    parse_host_port(args.metrics_address, "--metrics-address")
+    tls = None
+    if args.tls_cert or args.tls_key or args.tls_client_ca:
+        if not (args.tls_cert and args.tls_key):
+            raise UsageError("TLS needs both --tls-cert and --tls-key (and optionally --tls-client-ca)")
+        ca = _file(args.tls_client_ca, "--tls-client-ca") if args.tls_client_ca else None
+        tls = TlsFiles(_file(args.tls_cert, "--tls-cert"), _file(args.tls_key, "--tls-key"), ca)
+    return ScalerSettings(
+        agents=agents,
+        agents_dns=args.agents_dns or None,
+        dns_interval_s=_positive(args.dns_interval, "--dns-interval"),
+        grpc_address=args.grpc_address,
+        metrics_address=args.metrics_address,
+        kubeconfig=args.kubeconfig,
+        in_cluster=bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and args.kubeconfig is None,
+        tls=tls,
+        history_s=_positive(args.history, "--history"),
+    )
+
+
+def profiles_from_args(args: argparse.Namespace) -> ProfileSet | None:
+    if not args.profiles:
+        return None
+    try:
+        return load_profiles(Path(args.profiles))
+    except ProfileError as e:
+        raise UsageError(str(e)) from e
+
+
+async def serve(settings: ScalerSettings, profiles: ProfileSet | None) -> None:
+    scaler = Scaler(settings, profiles=profiles)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await scaler.start()
+    log.info(
+        "scaler serving gRPC on :%d%s and metrics on :%d",
+        scaler.grpc_port,
+        " (TLS)" if settings.tls else "",
+        scaler.metrics_port,
+    )
+    try:
+        await stop.wait()
+    finally:
+        await scaler.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    profiles = profiles_from_args(args)
+    asyncio.run(serve(settings, profiles))
+    return 0

@@ -1,0 +1,75 @@
+"""Finding the agents: a fixed list (``--agents HOST:PORT,...``) or the DNS name of their headless Service
+(``--agents-dns NAME:PORT``), resolved again every few seconds as nodes come and go.
+
+A failed DNS lookup keeps the addresses found before (a DNS hiccup must not drop every node); an empty answer
+(no agent ready) is taken as it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Protocol
+
+from ..errors import UsageError
+
+__all__ = ["Discovery", "DnsDiscovery", "StaticDiscovery", "follow", "parse_host_port"]
+
+log = logging.getLogger(__name__)
+
+Resolver = Callable[..., Awaitable[list[tuple[Any, ...]]]]
+
+
+def parse_host_port(text: str, what: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` → (host, port); raise ``UsageError`` naming ``what``."""
+    host, sep, port = text.strip().rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise UsageError(f'{what} "{text}" must be HOST:PORT, e.g. gpuscale-agent.gpuscale-system:6000')
+    return host, int(port)
+
+
+def join_host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class Discovery(Protocol):
+    async def addresses(self) -> set[str] | None:
+        """The agents' ``host:port`` now, or ``None`` when the lookup failed (keep the previous set)."""
+
+
+class StaticDiscovery:
+    def __init__(self, addresses: Iterable[str]) -> None:
+        self._addresses = {join_host_port(*parse_host_port(a, "--agents")) for a in addresses if a.strip()}
+
+    async def addresses(self) -> set[str] | None:
+        return set(self._addresses)
+
+
+class DnsDiscovery:
+    """Every A/AAAA record of ``name`` (a headless Service has one per ready pod), with ``port``."""
+
+    def __init__(self, name: str, port: int, *, resolver: Resolver | None = None) -> None:
+        self.name = name
+        self.port = port
+        self._resolver = resolver
+
+    async def addresses(self) -> set[str] | None:
+        resolve = self._resolver or asyncio.get_running_loop().getaddrinfo
+        try:
+            infos = await resolve(self.name, self.port, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as e:
+            log.warning("cannot resolve agents' name %s (%s); keeping the agents found before", self.name, e)
+            return None
+        return {join_host_port(str(info[4][0]), self.port) for info in infos}
+
+
+async def follow(discovery: Discovery, apply: Callable[[set[str]], None], interval_s: float) -> None:
+    """Resolve every ``interval_s`` seconds and ``apply`` each answer, forever."""
+    while True:
+        found = await discovery.addresses()
+        if found is not None:
+            apply(found)
+        await asyncio.sleep(interval_s)

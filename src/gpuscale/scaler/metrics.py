@@ -1,0 +1,76 @@
+"""``gpuscale_scaler_*`` Prometheus metrics, on a registry the caller owns (never the global one)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["ScalerMetrics"]
+
+_LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 3.0)
+
+
+class ScalerMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.requests = Counter(
+            "gpuscale_scaler_requests",
+            "ExternalScaler calls answered, by method and gRPC status code",
+            ["method", "code"],
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "gpuscale_scaler_request_duration_seconds",
+            "Time to answer an ExternalScaler call (StreamIsActive: each message)",
+            ["method"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.streams = Gauge("gpuscale_scaler_streams", "Open StreamIsActive streams", registry=registry)
+        self.stream_messages = Counter(
+            "gpuscale_scaler_stream_messages",
+            "IsActive messages sent on StreamIsActive streams",
+            registry=registry,
+        )
+        self.agents_connected = Gauge(
+            "gpuscale_scaler_agents_connected", "Agents whose Watch stream is open", registry=registry
+        )
+        self.agents_known = Gauge("gpuscale_scaler_agents", "Agent addresses discovered", registry=registry)
+        self.stale_nodes = Gauge(
+            "gpuscale_scaler_stale_nodes",
+            "Nodes whose agent stream is gone (their data ages)",
+            registry=registry,
+        )
+        self.workloads = Gauge(
+            "gpuscale_scaler_workloads",
+            "Cached GPU selections (workloads and pools being asked about)",
+            registry=registry,
+        )
+        self.agent_updates = Counter(
+            "gpuscale_scaler_agent_updates", "Watch messages applied from agents", registry=registry
+        )
+        self.agent_reconnects = Counter(
+            "gpuscale_scaler_agent_reconnects",
+            "Agent Watch streams that ended and were retried",
+            ["reason"],
+            registry=registry,
+        )
+
+    def bind(
+        self,
+        *,
+        agents_connected: Callable[[], float] | None = None,
+        agents_known: Callable[[], float] | None = None,
+        stale_nodes: Callable[[], float] | None = None,
+        workloads: Callable[[], float] | None = None,
+    ) -> None:
+        """Read these gauges from live state at scrape time."""
+        for gauge, fn in (
+            (self.agents_connected, agents_connected),
+            (self.agents_known, agents_known),
+            (self.stale_nodes, stale_nodes),
+            (self.workloads, workloads),
+        ):
+            if fn is not None:
+                gauge.set_function(fn)

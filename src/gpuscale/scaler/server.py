@@ -1,0 +1,226 @@
+"""The cluster scaler, wired: discovery → agent subscribers → cluster state → ExternalScaler (+ health,
+reflection) on gRPC, and ``/metrics``, ``/healthz``, ``/readyz`` over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import grpc.aio
+from aiohttp import web
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+
+from .discovery import Discovery, DnsDiscovery, StaticDiscovery, follow, parse_host_port
+from .metadata import MetadataCache
+from .metrics import ScalerMetrics
+from .profiles import ProfileSet
+from .service import SERVICE_NAME, ExternalScalerService, add_external_scaler
+from .state import ClusterState
+from .subscriber import AgentPool, SubscriberSettings
+
+__all__ = ["Scaler", "ScalerSettings", "TlsFiles", "server_credentials"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """PEM files: the server's certificate and key; with ``client_ca``, clients must present a certificate
+    it signed (mutual TLS)."""
+
+    cert: Path
+    key: Path
+    client_ca: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScalerSettings:
+    agents: tuple[str, ...] = ()
+    agents_dns: str | None = None  # NAME:PORT of the agents' headless Service
+    dns_interval_s: float = 5.0
+    grpc_address: str = "0.0.0.0:6001"
+    metrics_address: str = "0.0.0.0:9401"
+    kubeconfig: str | None = None
+    in_cluster: bool = False
+    tls: TlsFiles | None = None
+    history_s: float = 120.0
+    ready_grace_s: float = 10.0  # ready after this even if some discovered agents never answered
+    subscriber: SubscriberSettings = field(default_factory=SubscriberSettings)
+
+
+def server_credentials(tls: TlsFiles) -> grpc.ServerCredentials:
+    ca = tls.client_ca.read_bytes() if tls.client_ca is not None else None
+    return grpc.ssl_server_credentials(
+        [(tls.key.read_bytes(), tls.cert.read_bytes())],
+        root_certificates=ca,
+        require_client_auth=ca is not None,
+    )
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+class Scaler:
+    """``start`` binds (port 0 picks a free port: ``grpc_port``, ``metrics_port``); ``stop`` ends it all.
+    ``api`` (a kubernetes_asyncio ``ApiClient``) is used as given, else made from the settings, else none:
+    then workload scope needs ``podSelector``."""
+
+    def __init__(
+        self,
+        settings: ScalerSettings,
+        *,
+        profiles: ProfileSet | None = None,
+        api: Any = None,
+        discovery: Discovery | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.registry = CollectorRegistry()
+        self.metrics = ScalerMetrics(self.registry)
+        self.state = ClusterState(history_s=settings.history_s)
+        self.pool = AgentPool(
+            self.state, _with_history(settings.subscriber, settings.history_s), self.metrics
+        )
+        self.metadata = MetadataCache(profiles)
+        self._api = api
+        self._own_api = False
+        self._discovery = discovery
+        self._clock = clock
+        self.service: ExternalScalerService | None = None
+        self.grpc_port = 0
+        self.metrics_port = 0
+        self._grpc: grpc.aio.Server | None = None
+        self._http: web.AppRunner | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._started = 0.0
+        self._discovered = False
+        self.metrics.bind(
+            agents_connected=lambda: self.pool.connected,
+            agents_known=lambda: len(self.pool.addresses),
+            stale_nodes=lambda: self.state.stale_nodes,
+            workloads=lambda: self.state.cached_selections,
+        )
+
+    async def start(self) -> None:
+        s = self.settings
+        self._started = time.monotonic()
+        resolver = None
+        if self._api is None and (s.kubeconfig is not None or s.in_cluster):
+            from ..kube.pods import api_client_from
+
+            self._api, self._own_api = await api_client_from(s.kubeconfig, s.in_cluster), True
+        if self._api is not None:
+            from ..kube.workloads import WorkloadResolver
+
+            resolver = WorkloadResolver(self._api)
+        else:
+            log.warning(
+                "no Kubernetes API (--kubeconfig or in-cluster): workload scope works only with podSelector "
+                "in the trigger metadata"
+            )
+        self.service = ExternalScalerService(
+            self.state, metadata=self.metadata, resolver=resolver, metrics=self.metrics, clock=self._clock
+        )
+        await self._start_grpc(self.service)
+        await self._start_http()
+        discovery = self._discovery or self._discovery_from_settings()
+        interval = s.dns_interval_s if isinstance(discovery, DnsDiscovery) else 30.0
+        self._tasks.append(asyncio.create_task(follow(discovery, self._apply_discovery, interval)))
+
+    def _discovery_from_settings(self) -> Discovery:
+        if self.settings.agents_dns:
+            host, port = parse_host_port(self.settings.agents_dns, "--agents-dns")
+            return DnsDiscovery(host, port)
+        return StaticDiscovery(self.settings.agents)
+
+    def _apply_discovery(self, addresses: set[str]) -> None:
+        self.pool.reconcile(addresses)
+        self._discovered = True
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        self._tasks.clear()
+        await self.pool.close()
+        if self._grpc is not None:
+            await self._grpc.stop(grace=0.5)
+        if self._http is not None:
+            await self._http.cleanup()
+        if self._own_api and self._api is not None:
+            await self._api.close()
+
+    async def _start_grpc(self, service: ExternalScalerService) -> None:
+        server = grpc.aio.server()
+        add_external_scaler(server, service)
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        names = [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME]
+        reflection.enable_server_reflection(names, server)
+        host, port = _split(self.settings.grpc_address)
+        if self.settings.tls is not None:
+            self.grpc_port = server.add_secure_port(f"{host}:{port}", server_credentials(self.settings.tls))
+        else:
+            self.grpc_port = server.add_insecure_port(f"{host}:{port}")
+        await server.start()
+        await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        await health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        self._grpc = server
+
+    async def _start_http(self) -> None:
+        registry = self.registry
+
+        async def metrics(request: web.Request) -> web.Response:
+            encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+            return web.Response(body=encoder(registry), headers={"Content-Type": content_type})
+
+        async def healthz(request: web.Request) -> web.Response:
+            return web.Response(text="ok\n")
+
+        async def readyz(request: web.Request) -> web.Response:
+            problem = self.ready_problem()
+            if problem is None:
+                return web.Response(text="ok\n")
+            return web.Response(status=503, text=problem + "\n")
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        app.router.add_get("/healthz", healthz)
+        app.router.add_get("/readyz", readyz)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        host, port = _split(self.settings.metrics_address)
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None) or []
+        self.metrics_port = sockets[0].getsockname()[1] if sockets else port
+        self._http = runner
+
+    def ready_problem(self) -> str | None:
+        """Ready once every discovered agent has sent its state, or ``ready_grace_s`` after start."""
+        if not self._discovered:
+            return "agents not discovered yet"
+        if time.monotonic() - self._started >= self.settings.ready_grace_s:
+            return None
+        known, connected = len(self.pool.addresses), self.pool.connected
+        return None if connected >= known else f"{connected} of {known} agents have sent their state"
+
+
+def _with_history(settings: SubscriberSettings, history_s: float) -> SubscriberSettings:
+    from dataclasses import replace
+
+    return replace(settings, history_s=history_s)

@@ -1,0 +1,251 @@
+"""``externalscaler.ExternalScaler``: KEDA's four calls, answered from memory.
+
+Per call: parse the trigger metadata (cached) → decide which GPUs it means (a ``Query``; in workload scope the
+ScaledObject's pods are found by its ``podSelector``, else by its target's ``/scale`` selector, the way the
+HPA finds them) → select them from the ``GpuSource`` → ``evaluate``.
+
+Failure semantics (``status.py`` maps errors to codes):
+
+* invalid metadata: ``INVALID_ARGUMENT`` with the ``MetadataError`` message, on every call;
+* ``GetMetricSpec`` answers from the metadata alone, so KEDA's fallback keeps working;
+* no agent data yet, or no fresh sample for the GPUs in scope: ``UNAVAILABLE`` from ``GetMetrics`` and
+  ``IsActive`` (never a made-up 0); a workload with no pods reports 0 and inactive;
+* an unexpected exception is logged and answered ``INTERNAL`` for that call only.
+
+``StreamIsActive`` sends the current activity at once, then each change, evaluated on every agent update that
+touches the trigger's GPUs (or which GPUs are in scope). While there is no data it sends nothing and keeps
+the stream open; only invalid metadata and permanent lookup failures end it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Protocol, TypeVar
+
+import grpc
+import grpc.aio
+
+from .._proto import externalscaler_pb2 as pb
+from .._proto import externalscaler_pb2_grpc as pb_grpc
+from .aggregate import Evaluation, evaluate
+from .errors import MetadataError, SelectorError
+from .metadata import MetadataCache, TriggerMetadata, metric_name, target
+from .metrics import ScalerMetrics
+from .selector import LabelSelector, parse_selector
+from .source import ChangeFeed, GpuSource, Query
+from .status import NotReady, NoWorkloadSelector, ScopeNotServed, status_code
+from .wire import (
+    ScaledObjectKey,
+    is_active_response,
+    metric_spec_response,
+    metric_value_response,
+    scaled_object_key,
+)
+
+__all__ = ["SERVICE_NAME", "ExternalScalerService", "SelectorResolver", "add_external_scaler"]
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ExternalScaler"].full_name
+_T = TypeVar("_T")
+_Context = grpc.aio.ServicerContext[object, object]
+_NO_PODS = Evaluation(
+    value=0.0, aggregate=0.0, active=False, gpus=0, pods=0, skipped=0, newest_sample_age=math.inf
+)
+_WAIT_CODES = (grpc.StatusCode.UNAVAILABLE,)
+_MAX_SELECTORS = 4096
+
+
+class SelectorResolver(Protocol):
+    """``kube.workloads.WorkloadResolver``: a ScaledObject → its target's pod selector."""
+
+    async def selector(self, namespace: str, name: str) -> str: ...
+
+
+class ExternalScalerService(pb_grpc.ExternalScalerServicer):
+    def __init__(
+        self,
+        source: GpuSource,
+        *,
+        metadata: MetadataCache | None = None,
+        resolver: SelectorResolver | None = None,
+        metrics: ScalerMetrics | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.source = source
+        self.metadata = metadata or MetadataCache()
+        self.resolver = resolver
+        self.metrics = metrics
+        self._clock = clock
+        self._selectors: dict[str, LabelSelector] = {}
+
+    # -- the four calls --------------------------------------------------------------------------------
+    async def GetMetricSpec(self, request: pb.ScaledObjectRef, context: _Context) -> pb.GetMetricSpecResponse:
+        async def answer() -> pb.GetMetricSpecResponse:
+            md = self._parse(scaled_object_key(request))
+            return metric_spec_response(metric_name(md), target(md))
+
+        return await self._unary("GetMetricSpec", context, answer)
+
+    async def GetMetrics(self, request: pb.GetMetricsRequest, context: _Context) -> pb.GetMetricsResponse:
+        async def answer() -> pb.GetMetricsResponse:
+            key = scaled_object_key(request.scaledObjectRef)
+            md = self._parse(key)
+            result = self.evaluate(md, await self.query(key, md))
+            return metric_value_response(request.metricName or metric_name(md), result.value)
+
+        return await self._unary("GetMetrics", context, answer)
+
+    async def IsActive(self, request: pb.ScaledObjectRef, context: _Context) -> pb.IsActiveResponse:
+        async def answer() -> pb.IsActiveResponse:
+            key = scaled_object_key(request)
+            md = self._parse(key)
+            return is_active_response(self.evaluate(md, await self.query(key, md)).active)
+
+        return await self._unary("IsActive", context, answer)
+
+    async def StreamIsActive(
+        self, request: pb.ScaledObjectRef, context: _Context
+    ) -> AsyncIterator[pb.IsActiveResponse]:
+        method = "StreamIsActive"
+        code = grpc.StatusCode.OK
+        feed: ChangeFeed | None = None
+        if self.metrics is not None:
+            self.metrics.streams.inc()
+        try:
+            key = scaled_object_key(request)
+            last: bool | None = None
+            md: TriggerMetadata | None = None
+            query: Query | None = None
+            while True:
+                try:
+                    md = md or self._parse(key)
+                    fresh = await self.query(key, md)
+                    if fresh != query or feed is None:
+                        if feed is not None:
+                            feed.close()
+                        query, feed = fresh, self.source.feed(fresh)
+                    active: bool | None = self.evaluate(md, query, feed).active
+                except Exception as e:
+                    if status_code(e) not in _WAIT_CODES:
+                        raise
+                    log.debug("StreamIsActive %s/%s: waiting for data (%s)", key.namespace, key.name, e)
+                    active = None
+                if active is not None and active != last:
+                    last = active
+                    if self.metrics is not None:
+                        self.metrics.stream_messages.inc()
+                    yield is_active_response(active)
+                if feed is None:  # no query yet (data or the API missing): look again shortly
+                    feed = _Retry()
+                await feed.wait()
+        except Exception as e:
+            code = status_code(e)
+            await self._abort(method, context, code, e)
+        finally:
+            if feed is not None:
+                feed.close()
+            if self.metrics is not None:
+                self.metrics.streams.dec()
+                self.metrics.requests.labels(method, code.name).inc()
+
+    # -- the steps -------------------------------------------------------------------------------------
+    def _parse(self, key: ScaledObjectKey) -> TriggerMetadata:
+        md = self.metadata.parse(key.metadata)
+        problem = self.source.scope_problem(md.scope)
+        if problem is not None:
+            raise ScopeNotServed(problem)
+        return md
+
+    async def query(self, key: ScaledObjectKey, md: TriggerMetadata) -> Query:
+        """The GPUs ``md`` means for ScaledObject ``key``."""
+        if md.scope == "pool":
+            return Query("pool", node_selector=md.node_selector)
+        if md.scope == "node":
+            return Query("node")
+        namespace = md.namespace or key.namespace
+        if not namespace:
+            raise MetadataError(
+                ('the ScaledObjectRef has no namespace and parameter "namespace" is not set; give one',)
+            )
+        selector = md.pod_selector
+        if selector is None:
+            if self.resolver is None:
+                raise NoWorkloadSelector(
+                    f"ScaledObject {key.namespace}/{key.name}: workload scope without podSelector needs the "
+                    "Kubernetes API (start the scaler with --kubeconfig or in a cluster), or set podSelector "
+                    "in the trigger metadata"
+                )
+            selector = self._selector(key, await self.resolver.selector(key.namespace, key.name))
+        return Query("workload", namespace, selector)
+
+    def evaluate(self, md: TriggerMetadata, query: Query, feed: ChangeFeed | None = None) -> Evaluation:
+        """Evaluate ``md`` over the GPUs of ``query`` now; raise ``NoDataError``/``NotReady`` without data."""
+        problem = self.source.problem()
+        if problem is not None:
+            raise NotReady(problem)
+        selection = self.source.select(query)
+        if feed is not None:
+            feed.follow(selection.uuids)
+        if query.scope == "workload" and not selection.series:
+            return _NO_PODS
+        return evaluate(md, selection.series, now=self._clock())
+
+    def _selector(self, key: ScaledObjectKey, text: str) -> LabelSelector:
+        selector = self._selectors.get(text)
+        if selector is None:
+            try:
+                selector = parse_selector(text)
+            except SelectorError as e:
+                raise NoWorkloadSelector(
+                    f"ScaledObject {key.namespace}/{key.name}: its target's selector cannot be used ({e}); "
+                    "set podSelector in the trigger metadata"
+                ) from e
+            if len(self._selectors) >= _MAX_SELECTORS:
+                self._selectors.clear()
+            self._selectors[text] = selector
+        return selector
+
+    # -- error handling and accounting, in one place ----------------------------------------------------
+    async def _unary(self, method: str, context: _Context, answer: Callable[[], Awaitable[_T]]) -> _T:
+        start = time.perf_counter()
+        code = grpc.StatusCode.OK
+        try:
+            return await answer()
+        except Exception as e:
+            code = status_code(e)
+            await self._abort(method, context, code, e)
+            raise AssertionError("abort raises") from None
+        finally:
+            if self.metrics is not None:
+                self.metrics.requests.labels(method, code.name).inc()
+                self.metrics.latency.labels(method).observe(time.perf_counter() - start)
+
+    @staticmethod
+    async def _abort(method: str, context: _Context, code: grpc.StatusCode, e: Exception) -> None:
+        if code is grpc.StatusCode.INTERNAL:
+            log.error("%s failed unexpectedly; answering INTERNAL", method, exc_info=e)
+            await context.abort(code, f"internal error in {method}: {type(e).__name__}: {e}")
+        log.debug("%s: %s: %s", method, code.name, e)
+        await context.abort(code, str(e))
+
+
+class _Retry:
+    """A feed for a stream that has no query yet: wakes after a short pause."""
+
+    def follow(self, uuids: frozenset[str]) -> None:
+        pass
+
+    async def wait(self) -> None:
+        await asyncio.sleep(1.0)
+
+    def close(self) -> None:
+        pass
+
+
+def add_external_scaler(server: grpc.aio.Server, service: ExternalScalerService) -> None:
+    pb_grpc.add_ExternalScalerServicer_to_server(service, server)

@@ -1,0 +1,60 @@
+"""Where the service reads GPUs from: the cluster state (``gpuscale scaler``) or one agent's own node state
+(``gpuscale agent --serve-external-scaler``), behind one small Protocol.
+
+A ``Query`` says which GPUs a trigger means; ``select`` answers it with a ``Selection`` (the series to
+evaluate, and in workload scope how many of the workload's pods were found); a ``ChangeFeed`` wakes a
+``StreamIsActive`` when something it depends on changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from .aggregate import GpuSeries
+from .profiles import Scope
+from .selector import LabelSelector
+
+__all__ = ["ChangeFeed", "GpuSource", "Query", "Selection"]
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """The GPUs of a trigger: ``workload`` (the pods in ``namespace`` matching ``pod_selector``), ``node``
+    (the serving agent's), or ``pool`` (the nodes matching ``node_selector``)."""
+
+    scope: Scope
+    namespace: str | None = None
+    pod_selector: LabelSelector | None = None
+    node_selector: LabelSelector | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """``series`` to evaluate; ``pods``: the workload's pods found (0 with no pods: the value is 0)."""
+
+    series: tuple[GpuSeries, ...]
+    pods: int = 0
+    uuids: frozenset[str] = frozenset()
+
+
+class ChangeFeed(Protocol):
+    def follow(self, uuids: frozenset[str]) -> None:
+        """Wake on new samples of these GPUs (and on any change of which GPUs are in scope)."""
+
+    async def wait(self) -> None:
+        """Return after the next relevant change."""
+
+    def close(self) -> None: ...
+
+
+class GpuSource(Protocol):
+    def scope_problem(self, scope: Scope) -> str | None:
+        """Why this source cannot answer ``scope``, or ``None``."""
+
+    def problem(self) -> str | None:
+        """Why nothing can be answered yet (no agent has reported), or ``None``."""
+
+    def select(self, query: Query) -> Selection: ...
+
+    def feed(self, query: Query) -> ChangeFeed: ...

@@ -1,0 +1,353 @@
+"""The cluster scaler's live, in-memory view of every agent's node: GPUs with their recent samples, who holds
+each GPU, and the pods (with labels) each agent reports.
+
+Fed by ``apply(NodeUpdate)`` from the subscribers (one writer: the event loop); read by the service. Built for
+fast answers:
+
+* GPUs are indexed by the pod they are attributed to, pods by namespace;
+* a query's ``Selection`` (the matching GPUs, as ``GpuSeries`` that hold the live sample deques) is cached
+  and reused until a pod, an attribution or a process owner changes in its namespace (or a node is replaced);
+* each ``ChangeFeed`` (a ``StreamIsActive``) is woken only by updates that touch its GPUs or its namespace.
+
+A node whose stream is gone keeps its data, marked stale: its samples simply age past ``staleAfter``, so the
+calls that depend on them fail with ``UNAVAILABLE`` instead of silently losing the node's pods. A node that
+stays disconnected longer than ``forget_after`` is forgotten (``sweep``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from .._proto import agent_pb2
+from ..convert import assignment_from_pb, device_from_pb, pod_from_pb, sample_from_pb
+from ..model import DeviceInfo, GpuSample, PodInfo
+from .aggregate import GpuSeries
+from .profiles import Scope
+from .source import Query, Selection
+
+__all__ = ["ClusterState", "NodeStatus"]
+
+PodKey = tuple[str, str]  # (namespace, name)
+_HOSTNAME_LABEL = "kubernetes.io/hostname"
+_MAX_CACHED = 8192
+
+
+class _Gpu:
+    __slots__ = ("device", "error", "node", "owners", "pods", "samples")
+
+    def __init__(self, node: str, device: DeviceInfo, maxlen: int) -> None:
+        self.node = node
+        self.device = device
+        self.samples: collections.deque[GpuSample] = collections.deque(maxlen=maxlen)
+        self.error = ""
+        self.pods: tuple[PodKey, ...] = ()
+        self.owners: dict[int, PodKey] = {}  # pid → pod, from the newest sample
+
+    def pids_of(self, pod: PodKey) -> frozenset[int] | None:
+        if self.owners:
+            return frozenset(pid for pid, owner in self.owners.items() if owner == pod)
+        return None if len(self.pods) == 1 else frozenset()
+
+
+@dataclass(slots=True)
+class _Node:
+    name: str
+    agent_id: str
+    interval: float
+    gpus: dict[str, _Gpu] = field(default_factory=dict)
+    pods: dict[PodKey, PodInfo] = field(default_factory=dict)
+    connected: bool = True
+    last_message: float = 0.0  # monotonic
+    disconnected_at: float = 0.0  # monotonic
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStatus:
+    name: str
+    agent_id: str
+    connected: bool
+    gpus: int
+    pods: int
+    seconds_since_message: float
+
+
+class _Feed:
+    def __init__(self, state: ClusterState, query: Query) -> None:
+        self._state = state
+        self.namespace = query.namespace if query.scope == "workload" else None
+        self.uuids: frozenset[str] = frozenset()
+        self.event = asyncio.Event()
+
+    def follow(self, uuids: frozenset[str]) -> None:
+        self.uuids = uuids
+
+    async def wait(self) -> None:
+        await self.event.wait()
+        self.event.clear()
+
+    def close(self) -> None:
+        self._state._feeds.discard(self)
+
+
+class ClusterState:
+    """Every agent's node, indexed for queries. ``history_s`` bounds the samples kept per GPU."""
+
+    def __init__(self, *, history_s: float = 120.0, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.history_s = history_s
+        self._monotonic = monotonic
+        self._nodes: dict[str, _Node] = {}
+        self._node_labels: dict[str, Mapping[str, str]] = {}
+        self._gpus_by_pod: dict[PodKey, dict[str, _Gpu]] = {}
+        self._pods_by_ns: dict[str, dict[str, PodInfo]] = {}
+        self._pod_nodes: dict[PodKey, set[str]] = {}
+        self._ns_version: collections.Counter[str] = collections.Counter()
+        self._version = 0  # bumped when a node is replaced, added or forgotten
+        self._cache: dict[Query, tuple[int, int, Selection]] = {}
+        self._feeds: set[_Feed] = set()
+        self.updates = 0
+
+    # -- reading ---------------------------------------------------------------------------------------
+    def scope_problem(self, scope: Scope) -> str | None:
+        if scope == "node":
+            return (
+                'scope "node" is answered by the agent of that node (gpuscale agent '
+                '--serve-external-scaler); the cluster scaler answers scopes "workload" and "pool"'
+            )
+        return None
+
+    def problem(self) -> str | None:
+        if not self._nodes:
+            return "no agent has sent its state yet"
+        return None
+
+    def select(self, query: Query) -> Selection:
+        ns_version = self._ns_version[query.namespace] if query.namespace is not None else 0
+        cached = self._cache.get(query)
+        if cached is not None and cached[0] == self._version and cached[1] == ns_version:
+            return cached[2]
+        if query.scope == "workload":
+            selection = self._select_workload(query)
+        elif query.scope == "pool":
+            selection = self._select_pool(query)
+        else:
+            selection = self._select_nodes(self._nodes.values())
+        if len(self._cache) >= _MAX_CACHED:
+            self._cache.clear()
+        self._cache[query] = (self._version, ns_version, selection)
+        return selection
+
+    def _select_workload(self, query: Query) -> Selection:
+        ns = query.namespace or ""
+        selector = query.pod_selector
+        series: list[GpuSeries] = []
+        pods = 0
+        for name, info in self._pods_by_ns.get(ns, {}).items():
+            if selector is not None and not selector.matches(info.labels):
+                continue
+            pods += 1
+            key = (ns, name)
+            for uuid, gpu in self._gpus_by_pod.get(key, {}).items():
+                series.append(GpuSeries(uuid, gpu.samples, pod=f"{ns}/{name}", pids=gpu.pids_of(key)))
+        return Selection(tuple(series), pods, frozenset(s.uuid for s in series))
+
+    def _select_pool(self, query: Query) -> Selection:
+        selector = query.node_selector
+        nodes = [
+            n for n in self._nodes.values() if selector is None or selector.matches(self.node_labels(n.name))
+        ]
+        return self._select_nodes(nodes)
+
+    @staticmethod
+    def _select_nodes(nodes: Iterable[_Node]) -> Selection:
+        series = tuple(GpuSeries(u, g.samples) for n in nodes for u, g in n.gpus.items())
+        return Selection(series, 0, frozenset(s.uuid for s in series))
+
+    def feed(self, query: Query) -> _Feed:
+        f = _Feed(self, query)
+        self._feeds.add(f)
+        return f
+
+    def node_labels(self, node: str) -> Mapping[str, str]:
+        return self._node_labels.get(node) or {_HOSTNAME_LABEL: node}
+
+    def set_node_labels(self, node: str, labels: Mapping[str, str]) -> None:
+        """The node's labels for ``pool`` scope (default: only ``kubernetes.io/hostname``)."""
+        if dict(self.node_labels(node)) != {_HOSTNAME_LABEL: node, **labels}:
+            self._node_labels[node] = {_HOSTNAME_LABEL: node, **labels}
+            self._bump_all()
+
+    def nodes(self) -> list[NodeStatus]:
+        now = self._monotonic()
+        return [
+            NodeStatus(n.name, n.agent_id, n.connected, len(n.gpus), len(n.pods), now - n.last_message)
+            for n in self._nodes.values()
+        ]
+
+    @property
+    def stale_nodes(self) -> int:
+        return sum(not n.connected for n in self._nodes.values())
+
+    @property
+    def cached_selections(self) -> int:
+        return len(self._cache)
+
+    @property
+    def feeds(self) -> int:
+        return len(self._feeds)
+
+    # -- writing (the event loop only) -----------------------------------------------------------------
+    def apply(self, msg: agent_pb2.NodeUpdate) -> None:
+        """Apply one Watch message. A SNAPSHOT replaces what was known of the node; an UPDATE adds to it (and
+        is ignored unless it continues the snapshot of the same agent process)."""
+        self.updates += 1
+        node = self._nodes.get(msg.node_name)
+        if msg.kind == agent_pb2.NodeUpdate.SNAPSHOT:
+            self._snapshot(msg, node)
+        elif node is not None and node.agent_id == msg.agent_id:
+            self._update(msg, node)
+            node.connected = True
+            node.last_message = self._monotonic()
+
+    def mark_disconnected(self, node_name: str, agent_id: str) -> None:
+        """The stream of that agent process ended: its node's data is stale from now on."""
+        node = self._nodes.get(node_name)
+        if node is not None and node.agent_id == agent_id and node.connected:
+            node.connected = False
+            node.disconnected_at = self._monotonic()
+            self._wake(set(node.gpus), set(), False)
+
+    def sweep(self, forget_after: float) -> list[str]:
+        """Forget nodes disconnected for longer than ``forget_after`` seconds; return their names."""
+        now = self._monotonic()
+        gone = [
+            n.name for n in self._nodes.values() if not n.connected and now - n.disconnected_at > forget_after
+        ]
+        for name in gone:
+            self._unindex_node(self._nodes.pop(name))
+            self._node_labels.pop(name, None)
+        if gone:
+            self._bump_all()
+        return gone
+
+    def _snapshot(self, msg: agent_pb2.NodeUpdate, old: _Node | None) -> None:
+        if old is not None:
+            self._unindex_node(old)
+        interval = msg.interval_seconds if msg.interval_seconds > 0 else 1.0
+        node = _Node(msg.node_name, msg.agent_id, interval, last_message=self._monotonic())
+        maxlen = max(2, int(self.history_s / interval) + 2)
+        for g in msg.gpus:
+            gpu = _Gpu(node.name, device_from_pb(g.device), maxlen)
+            node.gpus[gpu.device.uuid] = gpu
+            self._gpu_state(gpu, g)
+            self._index_gpu(gpu)
+        for p in msg.pods:
+            info = pod_from_pb(p)
+            node.pods[(info.namespace, info.name)] = info
+            self._index_pod(node.name, info)
+        self._nodes[node.name] = node
+        self._bump_all()
+
+    def _update(self, msg: agent_pb2.NodeUpdate, node: _Node) -> None:
+        namespaces: set[str] = set()
+        uuids: set[str] = set()
+        maxlen = max(2, int(self.history_s / node.interval) + 2)
+        added = False
+        for g in msg.gpus:
+            uuid = g.device.uuid
+            uuids.add(uuid)
+            gpu = node.gpus.get(uuid)
+            if gpu is None:  # a GPU that appeared without a new snapshot
+                gpu = node.gpus[uuid] = _Gpu(node.name, device_from_pb(g.device), maxlen)
+                self._version += 1
+                added = True
+            before = (gpu.pods, dict(gpu.owners))
+            self._unindex_gpu(gpu)
+            self._gpu_state(gpu, g)
+            self._index_gpu(gpu)
+            if (gpu.pods, gpu.owners) != before:
+                namespaces.update(ns for ns, _ in (*before[0], *gpu.pods))
+                namespaces.update(ns for ns, _ in (*before[1].values(), *gpu.owners.values()))
+        if msg.pods_changed:
+            new = {(p.namespace, p.name): pod_from_pb(p) for p in msg.pods}
+            for key, info in node.pods.items():
+                if new.get(key) != info:
+                    self._unindex_pod(node.name, info)
+                    namespaces.add(key[0])
+            for key, info in new.items():
+                if node.pods.get(key) != info:
+                    self._index_pod(node.name, info)
+                    namespaces.add(key[0])
+            node.pods = new
+        for ns in namespaces:
+            self._ns_version[ns] += 1
+        self._wake(uuids, namespaces, added)
+
+    def _gpu_state(self, gpu: _Gpu, g: agent_pb2.GpuState) -> None:
+        owners: dict[int, PodKey] | None = None
+        for s in g.samples:
+            sample, refs = sample_from_pb(gpu.device.uuid, s)
+            gpu.samples.append(sample)
+            owners = {pid: (ref.namespace, ref.pod) for pid, ref in refs.items()}
+        if owners is not None:
+            gpu.owners = owners
+        gpu.error = g.error_message or g.error_kind
+        pods: dict[PodKey, None] = {}
+        for a in g.attributions:
+            c = assignment_from_pb(a).container
+            pods[(c.namespace, c.pod)] = None
+        gpu.pods = tuple(pods)
+
+    # -- indexes ---------------------------------------------------------------------------------------
+    def _index_gpu(self, gpu: _Gpu) -> None:
+        for key in gpu.pods:
+            self._gpus_by_pod.setdefault(key, {})[gpu.device.uuid] = gpu
+
+    def _unindex_gpu(self, gpu: _Gpu) -> None:
+        for key in gpu.pods:
+            held = self._gpus_by_pod.get(key)
+            if held is not None and held.get(gpu.device.uuid) is gpu:
+                del held[gpu.device.uuid]
+                if not held:
+                    del self._gpus_by_pod[key]
+
+    def _index_pod(self, node: str, info: PodInfo) -> None:
+        key = (info.namespace, info.name)
+        self._pods_by_ns.setdefault(info.namespace, {})[info.name] = info
+        self._pod_nodes.setdefault(key, set()).add(node)
+
+    def _unindex_pod(self, node: str, info: PodInfo) -> None:
+        key = (info.namespace, info.name)
+        nodes = self._pod_nodes.get(key)
+        if nodes is None:
+            return
+        nodes.discard(node)
+        if nodes:  # another node still reports it (a pod moving, seen by both for a moment)
+            other = self._nodes.get(next(iter(nodes)))
+            if other is not None and key in other.pods:
+                self._pods_by_ns.setdefault(info.namespace, {})[info.name] = other.pods[key]
+            return
+        del self._pod_nodes[key]
+        in_ns = self._pods_by_ns.get(info.namespace)
+        if in_ns is not None:
+            in_ns.pop(info.name, None)
+            if not in_ns:
+                del self._pods_by_ns[info.namespace]
+
+    def _unindex_node(self, node: _Node) -> None:
+        for gpu in node.gpus.values():
+            self._unindex_gpu(gpu)
+        for info in node.pods.values():
+            self._unindex_pod(node.name, info)
+
+    def _bump_all(self) -> None:
+        self._version += 1
+        self._wake(set(), set(), True)
+
+    def _wake(self, uuids: set[str], namespaces: set[str], everything: bool) -> None:
+        for f in self._feeds:
+            if everything or f.namespace in namespaces or not f.uuids.isdisjoint(uuids):
+                f.event.set()

@@ -1,0 +1,153 @@
+"""ClusterState without a network: Watch messages in, selections out; discovery; `gpuscale scaler` flags."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import time
+from typing import Any
+
+import pytest
+
+from gpuscale._proto import agent_pb2
+from gpuscale.errors import UsageError
+from gpuscale.scaler.discovery import DnsDiscovery, StaticDiscovery
+from gpuscale.scaler.selector import parse_selector
+from gpuscale.scaler.source import Query
+from gpuscale.scaler.state import ClusterState
+
+SNAP, UPD = agent_pb2.NodeUpdate.SNAPSHOT, agent_pb2.NodeUpdate.UPDATE
+
+
+def gpu(uuid: str, util: float | None = None, pods: tuple[tuple[str, str], ...] = ()) -> agent_pb2.GpuState:
+    g = agent_pb2.GpuState(device=agent_pb2.Device(uuid=uuid, name="H100"))
+    if util is not None:
+        g.samples.add(timestamp=time.time(), gpu_utilization=util)
+    for ns, pod in pods:
+        g.attributions.add(namespace=ns, pod=pod, container="main", resource_name="nvidia.com/gpu", device_id=uuid)
+    return g
+
+
+def msg(kind: Any, node: str, gpus: list[agent_pb2.GpuState], pods: dict[str, dict[str, str]] | None = None,
+        agent: str = "a1") -> agent_pb2.NodeUpdate:
+    m = agent_pb2.NodeUpdate(kind=kind, node_name=node, agent_id=agent, interval_seconds=1.0, gpus=gpus)
+    if pods is not None:
+        m.pods_changed = kind == UPD
+        for name, labels in pods.items():
+            ns, _, pod = name.partition("/")
+            m.pods.add(namespace=ns, name=pod, uid=name, labels=labels)
+    return m
+
+
+LLM = Query("workload", "default", parse_selector("app=llm"))
+
+
+def test_selection_is_cached_until_its_namespace_changes() -> None:
+    state = ClusterState()
+    state.apply(msg(SNAP, "n1", [gpu("g1", 50, (("default", "llm-0"),)), gpu("g2", 10, (("ml", "x"),))],
+                    {"default/llm-0": {"app": "llm"}, "ml/x": {"app": "llm"}}))
+    first = state.select(LLM)
+    assert [s.uuid for s in first.series] == ["g1"] and first.pods == 1
+    state.apply(msg(UPD, "n1", [gpu("g1", 60, (("default", "llm-0"),))]))  # samples only: same selection
+    assert state.select(LLM) is first
+    assert [x.gpu_utilization for x in first.series[0].samples] == [50, 60]  # live samples
+    pods = {"default/llm-0": {"app": "llm"}, "ml/x": {"app": "other"}}  # complete, as the agent sends it
+    state.apply(msg(UPD, "n1", [gpu("g2", 10, (("ml", "x"),))], pods))  # a change in another namespace
+    assert state.select(LLM) is first
+    state.apply(msg(UPD, "n1", [gpu("g2", 10, (("default", "llm-0"),))]))  # attribution in ns changes
+    assert sorted(s.uuid for s in state.select(LLM).series) == ["g1", "g2"]
+
+
+def test_update_from_another_agent_process_is_ignored_and_snapshot_replaces() -> None:
+    state = ClusterState()
+    state.apply(msg(SNAP, "n1", [gpu("g1", 50, (("default", "llm-0"),))], {"default/llm-0": {"app": "llm"}}))
+    state.apply(msg(UPD, "n1", [gpu("g1", 99, (("default", "llm-0"),))], agent="old"))
+    assert [x.gpu_utilization for x in state.select(LLM).series[0].samples] == [50]
+    state.apply(msg(SNAP, "n1", [gpu("g9", 5)], {}, agent="a2"))  # restarted, other GPUs, no pods
+    assert state.select(LLM).pods == 0 and state.select(Query("pool")).uuids == {"g9"}
+
+
+def test_disconnect_marks_stale_and_sweep_forgets() -> None:
+    now = [100.0]
+    state = ClusterState(monotonic=lambda: now[0])
+    state.apply(msg(SNAP, "n1", [gpu("g1", 50)], {}))
+    state.mark_disconnected("n1", "someone-else")
+    assert state.stale_nodes == 0
+    state.mark_disconnected("n1", "a1")
+    assert state.stale_nodes == 1 and state.sweep(60) == []
+    now[0] += 61
+    assert state.sweep(60) == ["n1"] and state.problem() is not None
+
+
+async def test_feed_wakes_only_for_its_gpus_or_namespace() -> None:
+    state = ClusterState()
+    state.apply(msg(SNAP, "n1", [gpu("g1", 50, (("default", "llm-0"),)), gpu("g2", 1)],
+                    {"default/llm-0": {"app": "llm"}}))
+    feed = state.feed(LLM)
+    feed.follow(state.select(LLM).uuids)
+    feed.event.clear()
+    state.apply(msg(UPD, "n1", [gpu("g2", 2)]))
+    assert not feed.event.is_set()
+    state.apply(msg(UPD, "n1", [gpu("g1", 51, (("default", "llm-0"),))]))
+    assert feed.event.is_set()
+    feed.close()
+    assert state.feeds == 0
+
+
+def test_pool_scope_matches_node_labels() -> None:
+    state = ClusterState()
+    state.apply(msg(SNAP, "n1", [gpu("g1", 50)], {}))
+    state.apply(msg(SNAP, "n2", [gpu("g2", 50)], {}))
+    state.set_node_labels("n2", {"pool": "h200"})
+    pool = Query("pool", node_selector=parse_selector("pool=h200"))
+    assert state.select(pool).uuids == {"g2"}
+    by_name = Query("pool", node_selector=parse_selector("kubernetes.io/hostname=n1"))
+    assert state.select(by_name).uuids == {"g1"}
+
+
+async def test_dns_discovery() -> None:
+    async def resolver(name: str, port: int, **kw: Any) -> list[tuple[Any, ...]]:
+        assert (name, port) == ("agents.svc", 6000)
+        return [(socket.AF_INET, 1, 6, "", ("10.0.0.1", 6000)), (socket.AF_INET6, 1, 6, "", ("fd00::2", 6000, 0, 0))]
+
+    assert await DnsDiscovery("agents.svc", 6000, resolver=resolver).addresses() == {
+        "10.0.0.1:6000", "[fd00::2]:6000"
+    }
+
+    async def failing(*a: Any, **kw: Any) -> list[tuple[Any, ...]]:
+        raise socket.gaierror("Name or service not known")
+
+    assert await DnsDiscovery("agents.svc", 6000, resolver=failing).addresses() is None
+    assert await StaticDiscovery(["a:1", " b:2 ", ""]).addresses() == {"a:1", "b:2"}
+    with pytest.raises(UsageError, match='--agents "nope" must be HOST:PORT'):
+        StaticDiscovery(["nope"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "give the agents"),
+        (["--agents", "a:1", "--agents-dns", "b:2"], "not both"),
+        (["--agents", "a:1", "--tls-cert", "x.pem"], "needs both --tls-cert and --tls-key"),
+        (["--agents-dns", "agents"], '--agents-dns "agents" must be HOST:PORT'),
+    ],
+)
+def test_scaler_flags(argv: list[str], message: str) -> None:
+    from gpuscale.cli import scaler as cli
+
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers())
+    args = parser.parse_args(["scaler", *argv])
+    with pytest.raises(UsageError, match=message):
+        cli.settings_from_args(args)
+
+
+def test_scaler_flag_defaults() -> None:
+    from gpuscale.cli import scaler as cli
+
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers())
+    s = cli.settings_from_args(parser.parse_args(["scaler", "--agents-dns", "gpuscale-agent.sys.svc:6000"]))
+    assert (s.grpc_address, s.metrics_address, s.agents_dns) == (
+        "0.0.0.0:6001", "0.0.0.0:9401", "gpuscale-agent.sys.svc:6000"
+    )

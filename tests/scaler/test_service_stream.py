@@ -1,0 +1,131 @@
+"""StreamIsActive: the current state at once, then every change, driven by agent updates (no polling)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+
+from gpuscale.agent.service import Agent
+from gpuscale.agent.settings import AgentSettings
+from gpuscale.backends.mock import MockBackend, MockConfig
+from gpuscale.backends.patterns import parse_patterns
+from gpuscale.scaler.local import add_node_scope
+
+from .conftest import Cluster, KedaClient, until
+
+FLIP = {"podSelector": "app=llm", "targetValue": "60", "activationValue": "50", "window": "0", "staleAfter": "2"}
+
+
+async def test_stream_sees_activity_flip_both_ways(cluster: Cluster, keda: Callable[[int], KedaClient]) -> None:
+    node = await cluster.node("node-a", "square:0:80:1.2", gpus=1)  # 0 % for 0.6 s, 80 % for 0.6 s, …
+    cluster.add_pod("default", "llm-0", "node-a", [0], {"app": "llm"})
+    scaler = await cluster.scaler(kube=False)
+    client = keda(scaler.grpc_port)
+    uuid = node.uuids[0]
+    await until(lambda: len(scaler.state.select(_query()).series) == 1, what="the pod's GPU is known")
+    seen: list[bool] = []
+    lags: list[float] = []
+    stream = client.stub.StreamIsActive(client.ref(FLIP), timeout=8)
+    async for msg in stream:
+        seen.append(msg.result)
+        newest = max(s.timestamp for s in scaler.state.select(_query()).series[0].samples)
+        assert _latest_util(scaler, uuid) == (80 if msg.result else 0)
+        lags.append(time.time() - newest)
+        if len(seen) == 4:
+            stream.cancel()
+            break
+    assert seen in ([True, False, True, False], [False, True, False, True])
+    assert max(lags[1:]) < 0.1 + 0.15  # one sampling interval, plus slack for a loaded CI machine
+    await _until_streams(scaler, 0)
+
+
+async def test_stream_waits_for_data_then_answers(cluster: Cluster, keda: Callable[[int], KedaClient]) -> None:
+    scaler = await cluster.scaler(kube=False, agents=())
+    client = keda(scaler.grpc_port)
+    md = {**FLIP, "activationValue": "10"}
+    stream = client.stub.StreamIsActive(client.ref(md), timeout=8)
+    first = asyncio.ensure_future(stream.read())
+    await asyncio.sleep(0.3)
+    assert not first.done()  # no data: nothing sent, stream open
+    await cluster.node("node-a", "constant:40", gpus=1)
+    cluster.add_pod("default", "llm-0", "node-a", [0], {"app": "llm"})
+    scaler.pool.reconcile([n.address for n in cluster.nodes.values()])
+    msg = await asyncio.wait_for(first, 5)
+    # Before the pod is known the workload has no pods (inactive); once it is, 40 > 10 (active).
+    results = [msg.result]
+    while results[-1] is not True:
+        results.append((await asyncio.wait_for(stream.read(), 5)).result)
+    stream.cancel()
+    assert results in ([True], [False, True])
+
+
+async def test_stream_with_invalid_metadata_ends_with_invalid_argument(
+    cluster: Cluster, keda: Callable[[int], KedaClient]
+) -> None:
+    scaler = await cluster.scaler(kube=False, agents=())
+    client = keda(scaler.grpc_port)
+    stream = client.stub.StreamIsActive(client.ref({"targetValue": "0"}), timeout=5)
+    try:
+        await stream.read()
+        raise AssertionError("the stream should fail")
+    except grpc.aio.AioRpcError as e:
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_agent_serves_node_scope() -> None:
+    """The wiring of `gpuscale agent --serve-external-scaler`: the agent answers scope node from memory."""
+    settings = AgentSettings(
+        node_name="node-a", interval=0.1, grpc_address="127.0.0.1:0", metrics_address="127.0.0.1:0",
+        kubelet_socket=Path("/nonexistent/kubelet.sock"), serve_external_scaler=True,
+    )
+    agent = Agent(settings, MockBackend(MockConfig(gpus=2, patterns=parse_patterns("constant:30,constant:70"))))
+    agent.extra_services.append(lambda server: add_node_scope(server, agent.state, registry=agent.registry))
+    await agent.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{agent.grpc_port}") as ch:
+            client = KedaClient(ch)
+            md = {"scope": "node", "aggregation": "max", "targetValue": "60"}
+            spec = (await client.spec(md)).metricSpecs[0]
+            assert spec.metricName == "gpuscale-gpu-utilization-max-node"
+            deadline = time.monotonic() + 5
+            while True:
+                code, _ = await client.code_of(client.metrics(md))
+                if code == grpc.StatusCode.OK or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.05)
+            assert await client.value(md) == 70
+            assert await client.value({**md, "aggregation": "avg"}) == 50
+            assert await client.active(md)
+            stream = client.stub.StreamIsActive(client.ref(md), timeout=5)
+            assert (await stream.read()).result is True
+            stream.cancel()
+            code, message = await client.code_of(client.metrics({"targetValue": "60"}))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT
+            assert 'answers only scope "node"' in message
+    finally:
+        await agent.stop()
+
+
+def _query() -> object:
+    from gpuscale.scaler.selector import parse_selector
+    from gpuscale.scaler.source import Query
+
+    return Query("workload", "default", parse_selector("app=llm"))
+
+
+def _latest_util(scaler: object, uuid: str) -> float | None:
+    state = scaler.state  # type: ignore[attr-defined]
+    (series,) = state.select(_query()).series
+    assert series.uuid == uuid
+    return float(series.samples[-1].gpu_utilization)
+
+
+async def _until_streams(scaler: object, n: int) -> None:
+    deadline = time.monotonic() + 3
+    while scaler.metrics.streams._value.get() != n:  # type: ignore[attr-defined]
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)

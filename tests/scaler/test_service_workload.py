@@ -1,0 +1,132 @@
+"""Workload scope end to end: real agents (mock GPUs), real scaler, real gRPC; kubelet and API server faked."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import grpc
+import pytest
+
+from tests.fakes.apiserver import make_pod
+from tests.fakes.kubelet import pod_resources
+
+from .conftest import Cluster, KedaClient, until
+
+LLM = {
+    "scope": "workload",
+    "podSelector": "app=llm",
+    "metric": "gpu_utilization",
+    "aggregation": "avg",
+    "targetValue": "60",
+    "scalerAddress": "gpuscale.gpuscale-system.svc:6001",  # KEDA sends its own keys too
+}
+
+
+async def two_nodes(cluster: Cluster) -> None:
+    """node-a GPUs at 40 and 10 %, node-b at 80 and 95 %; default/llm holds GPU 0 of each node, default/other
+    GPU 1 of each (beside them), ml/llm-x (same labels, other namespace) a GPU of its own on node-b."""
+    await cluster.node("node-a", "constant:40,constant:10", gpus=2)
+    await cluster.node("node-b", "constant:80,constant:95,constant:5", gpus=3)
+    cluster.add_pod("default", "llm-0", "node-a", [0], {"app": "llm"})
+    cluster.add_pod("default", "llm-1", "node-b", [0], {"app": "llm"})
+    cluster.add_pod("default", "other-0", "node-a", [1], {"app": "other"})
+    cluster.add_pod("default", "other-1", "node-b", [1], {"app": "other"})
+    cluster.add_pod("ml", "llm-x", "node-b", [2], {"app": "llm"})
+
+
+async def settled(client: KedaClient, metadata: dict[str, str], expected: float) -> None:
+    async def check() -> bool:
+        try:
+            return await client.value(metadata) == pytest.approx(expected)
+        except grpc.aio.AioRpcError:
+            return False
+
+    await until(check, what=f"value {expected}")
+
+
+async def test_two_nodes_only_the_workloads_gpus_count(
+    cluster: Cluster, keda: Callable[[int], KedaClient]
+) -> None:
+    await two_nodes(cluster)
+    scaler = await cluster.scaler()
+    client = keda(scaler.grpc_port)
+    await settled(client, LLM, 2 * 60)  # 2 pods x avg(40, 80)
+
+    spec = (await client.spec(LLM)).metricSpecs
+    assert [(s.metricName, s.targetSize, s.targetSizeFloat) for s in spec] == [
+        ("gpuscale-gpu-utilization-avg", 60, 60.0)
+    ]
+    (value,) = (await client.metrics(LLM, metric="gpuscale-gpu-utilization-avg")).metricValues
+    assert (value.metricName, value.metricValue, value.metricValueFloat) == (
+        "gpuscale-gpu-utilization-avg", 120, 120.0,
+    )
+    assert await client.active(LLM)
+    other = {**LLM, "podSelector": "app=other", "aggregation": "max"}
+    assert await client.value(other) == 2 * 95
+    assert await client.value({**LLM, "namespace": "ml"}) == 5  # one pod, its own GPU
+    # KEDA's requested name is echoed (KEDA strips its own sX- prefix; any name comes back as asked).
+    (v,) = (await client.metrics(LLM, metric="some-name")).metricValues
+    assert v.metricName == "some-name"
+
+
+async def test_scaled_object_target_is_resolved_like_the_hpa(
+    cluster: Cluster, keda: Callable[[int], KedaClient]
+) -> None:
+    await two_nodes(cluster)
+    cluster.apiserver.put_deployment("default", "llm", {"app": "llm"})
+    cluster.apiserver.put_scaled_object("default", "llm-so", {"name": "llm"})
+    scaler = await cluster.scaler()
+    client = keda(scaler.grpc_port)
+    md = {k: v for k, v in LLM.items() if k != "podSelector"}
+    await until(lambda: scaler.state.problem() is None)
+
+    async def value() -> float:
+        return await client.value(md, name="llm-so")
+
+    async def ready() -> bool:
+        try:
+            return await value() == 120
+        except grpc.aio.AioRpcError:
+            return False
+
+    await until(ready, what="workload value through the ScaledObject")
+    code, message = await client.code_of(client.value(md, name="missing"))
+    assert code == grpc.StatusCode.NOT_FOUND and "ScaledObject default/missing" in message
+
+
+async def test_workload_without_pods_reports_zero_and_inactive(
+    cluster: Cluster, keda: Callable[[int], KedaClient]
+) -> None:
+    await two_nodes(cluster)
+    scaler = await cluster.scaler()
+    client = keda(scaler.grpc_port)
+    await settled(client, LLM, 120)
+    nothing = {**LLM, "podSelector": "app=nothing"}
+    assert await client.value(nothing) == 0
+    assert not await client.active(nothing)
+
+
+async def test_a_pod_moving_to_another_node(cluster: Cluster, keda: Callable[[int], KedaClient]) -> None:
+    await cluster.node("node-a", "constant:30,constant:30", gpus=2)
+    await cluster.node("node-b", "constant:90,constant:90", gpus=2)
+    cluster.add_pod("default", "llm-0", "node-a", [0], {"app": "llm"})
+    cluster.add_pod("default", "llm-1", "node-a", [1], {"app": "llm"})
+    scaler = await cluster.scaler()
+    client = keda(scaler.grpc_port)
+    await settled(client, LLM, 2 * 30)
+    cluster.remove_pod("default", "llm-1")
+    cluster.add_pod("default", "llm-1", "node-b", [0], {"app": "llm"})
+    await settled(client, LLM, 2 * 60)  # avg(30, 90) x 2
+    cluster.remove_pod("default", "llm-0")
+    await settled(client, LLM, 90)
+
+
+async def test_gpu_shared_by_two_pods_counts_once(
+    cluster: Cluster, keda: Callable[[int], KedaClient]
+) -> None:
+    node = await cluster.node("node-a", "constant:50,constant:20", gpus=2)
+    cluster.add_pod("default", "llm-0", "node-a", [0], {"app": "llm"})
+    cluster.apiserver.add_pod(make_pod("default", "llm-1", node="node-a", labels={"app": "llm"}))
+    node.kubelet.pods.append(pod_resources("default", "llm-1", {"main": [("nvidia.com/gpu", [node.uuids[0]])]}))
+    scaler = await cluster.scaler()
+    await settled(keda(scaler.grpc_port), LLM, 2 * 50)
