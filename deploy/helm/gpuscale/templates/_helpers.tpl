@@ -1,0 +1,77 @@
+{{- define "gpuscale.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gpuscale.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gpuscale.agent.fullname" -}}{{ include "gpuscale.fullname" . }}-agent{{- end -}}
+{{- define "gpuscale.scaler.fullname" -}}{{ include "gpuscale.fullname" . }}-scaler{{- end -}}
+
+{{- define "gpuscale.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "gpuscale.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: gpuscale
+{{- end -}}
+
+{{- define "gpuscale.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpuscale.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "gpuscale.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/* Node affinity terms: "any of the GPU labels" (agent) or "none of them" (scaler). */}}
+{{- define "gpuscale.gpuNodeTerms" -}}
+nodeSelectorTerms:
+{{- range .Values.gpuNodeLabels }}
+  - matchExpressions:
+      - key: {{ .key | quote }}
+        {{- if .values }}
+        operator: In
+        values: {{ toJson .values }}
+        {{- else }}
+        operator: Exists
+        {{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "gpuscale.nonGpuNodeTerm" -}}
+nodeSelectorTerms:
+  - matchExpressions:
+    {{- range .Values.gpuNodeLabels }}
+      - key: {{ .key | quote }}
+        {{- if .values }}
+        operator: NotIn
+        values: {{ toJson .values }}
+        {{- else }}
+        operator: DoesNotExist
+        {{- end }}
+    {{- end }}
+{{- end -}}
+
+{{- define "gpuscale.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+privileged: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}

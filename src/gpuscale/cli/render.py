@@ -1,0 +1,221 @@
+"""``gpuscale render``: manifests for each path to GPU autoscaling, printed as YAML.
+
+``render scaledobject`` writes a KEDA ScaledObject (``--mode external``, ``external-push`` or ``prometheus``);
+``render hpa`` an ``autoscaling/v2`` HPA with a ``Pods`` metric and, with ``--adapter``, the Prometheus
+Adapter rule it needs. Only ``--target`` and ``--namespace`` are required.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import UsageError
+from ..render import MODES, HpaOptions, ScaledObjectOptions, render_hpa, render_scaledobject
+from ..scaler.errors import ProfileError
+from ..scaler.profiles import (
+    AGGREGATIONS,
+    BUILTIN_PROFILES,
+    METRICS,
+    SCOPES,
+    SHARES,
+    ProfileSet,
+    load_profiles,
+)
+
+__all__ = ["register"]
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'"{text}" must be an integer') from None
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", required=True, help="the workload: deployment/NAME or statefulset/NAME")
+    p.add_argument("--namespace", required=True, help="the workload's namespace")
+    p.add_argument("--name", help="the object's name (default: the workload's)")
+    p.add_argument(
+        "--profile",
+        default="llm-serving",
+        help=f"trigger defaults: {', '.join(p.name for p in BUILTIN_PROFILES)}, or one of --profiles "
+        "(default llm-serving)",
+    )
+    p.add_argument(
+        "--profiles", metavar="FILE", help="the scaler's profiles file (the chart's scaler.profiles)"
+    )
+    p.add_argument("--metric", help=f"override the profile's metric: {', '.join(METRICS)}")
+    p.add_argument("--aggregation", help=f"override the profile's aggregation: {', '.join(AGGREGATIONS)}")
+    p.add_argument("--target-value", help="override the profile's target (per replica)")
+    p.add_argument("--window", help="override the profile's smoothing window (seconds)")
+    p.add_argument("--min-replicas", type=_int, default=1, help="default 1")
+    p.add_argument("--max-replicas", type=_int, default=10, help="default 10")
+    p.add_argument(
+        "--scale-down-stabilization",
+        type=_int,
+        default=300,
+        help="HPA scale-down window, seconds (default 300)",
+    )
+    p.add_argument(
+        "--exported-labels",
+        action="store_true",
+        help="Prometheus scrapes the agent with honorLabels false: the pod labels are "
+        "exported_namespace/exported_pod",
+    )
+    p.add_argument(
+        "--vendor", default="nvidia", choices=["nvidia", "amd"], help="series names (default nvidia)"
+    )
+    p.add_argument("-o", "--output", help="write to this file instead of standard output")
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "render",
+        help="write the manifests of a path to GPU autoscaling (ScaledObject, HPA + adapter rules)",
+        description="Write Kubernetes manifests as YAML for one of the paths in docs/paths.md.",
+    )
+    sub = p.add_subparsers(dest="what", metavar="WHAT", required=True)
+
+    so = sub.add_parser(
+        "scaledobject",
+        help="a KEDA ScaledObject",
+        description="A KEDA ScaledObject for the gpuscale scaler (external, external-push) or KEDA's "
+        "Prometheus scaler over the agent's series (prometheus). The right metricType "
+        "is chosen and explained.",
+    )
+    _common(so)
+    so.add_argument("--mode", default="external", help=f"{', '.join(MODES)} (default external)")
+    so.add_argument("--activation-value", help="override the profile's activation value")
+    so.add_argument("--scope", help=f"{', '.join(SCOPES)} (default: the profile's, else workload)")
+    so.add_argument("--share", help=f"{', '.join(SHARES)}")
+    so.add_argument("--pod-selector", help="external: a label selector for the pods (default: the target's)")
+    so.add_argument("--node-selector", help="external, scope pool: a label selector for the nodes")
+    so.add_argument("--stale-after", help="external: seconds after which a sample no longer counts")
+    so.add_argument("--polling-interval", type=_int, default=15, help="KEDA's polling interval (default 15)")
+    so.add_argument(
+        "--cooldown-period", type=_int, default=300, help="seconds before scaling to zero (default 300)"
+    )
+    so.add_argument(
+        "--scaler-address",
+        help="external: HOST:PORT of the scaler (default RELEASE-scaler.RELEASE_NAMESPACE.svc:6001; "
+        "scope node: the agents', RELEASE-agent…:6000)",
+    )
+    so.add_argument("--release", default="gpuscale", help="the Helm release's full name (default gpuscale)")
+    so.add_argument("--release-namespace", default="gpuscale", help="the Helm release's namespace")
+    so.add_argument("--tls", action="store_true", help="external: the scaler serves TLS (enableTLS)")
+    so.add_argument("--tls-secret", help="external: a Secret with ca.crt for a TriggerAuthentication")
+    so.add_argument(
+        "--tls-client-cert", action="store_true", help="external: also tls.crt/tls.key (mutual TLS)"
+    )
+    so.add_argument(
+        "--prometheus-url",
+        default="http://prometheus-operated.monitoring.svc:9090",
+        help="prometheus: the server KEDA queries (default the Prometheus Operator's prometheus-operated)",
+    )
+    so.add_argument(
+        "--pod-regex",
+        help="prometheus: regex on pod names (default from the target: NAME-[a-z0-9]+-[a-z0-9]{5} for a "
+        "Deployment, NAME-[0-9]+ for a StatefulSet)",
+    )
+    so.set_defaults(func=run_scaledobject)
+
+    hpa = sub.add_parser(
+        "hpa",
+        help="an autoscaling/v2 HPA with a Pods metric, and the Prometheus Adapter rule",
+        description="An autoscaling/v2 HPA with a Pods metric served by Prometheus Adapter from the agent's "
+        "series; with --adapter also the adapter's rules ConfigMap.",
+    )
+    _common(hpa)
+    hpa.add_argument(
+        "--adapter", action="store_true", help="also write the Prometheus Adapter rules ConfigMap"
+    )
+    hpa.add_argument(
+        "--adapter-namespace", default="monitoring", help="the adapter's namespace (default monitoring)"
+    )
+    hpa.add_argument(
+        "--adapter-configmap", default="prometheus-adapter", help="the adapter's config ConfigMap name"
+    )
+    hpa.set_defaults(func=run_hpa)
+
+
+def _write(text: str, output: str | None) -> int:
+    if output is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        with open(output, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        raise UsageError(f'--output "{output}": {e.strerror}') from None
+    return 0
+
+
+def _profiles(args: argparse.Namespace) -> ProfileSet | None:
+    if args.profiles is None:
+        return None
+    try:
+        return load_profiles(args.profiles)
+    except ProfileError as e:
+        raise UsageError(f"--profiles {e.source}: " + "; ".join(e.problems)) from e
+
+
+def run_scaledobject(args: argparse.Namespace) -> int:
+    options = ScaledObjectOptions(
+        target=args.target,
+        namespace=args.namespace,
+        mode=args.mode,
+        name=args.name,
+        profile=args.profile or None,
+        metric=args.metric,
+        aggregation=args.aggregation,
+        target_value=args.target_value,
+        activation_value=args.activation_value,
+        window=args.window,
+        scope=args.scope,
+        share=args.share,
+        pod_selector=args.pod_selector,
+        node_selector=args.node_selector,
+        stale_after=args.stale_after,
+        min_replicas=args.min_replicas,
+        max_replicas=args.max_replicas,
+        polling_interval=args.polling_interval,
+        cooldown_period=args.cooldown_period,
+        scale_down_stabilization=args.scale_down_stabilization,
+        scaler_address=args.scaler_address,
+        release=args.release,
+        release_namespace=args.release_namespace,
+        tls=args.tls,
+        tls_secret=args.tls_secret,
+        tls_client_cert=args.tls_client_cert,
+        prometheus_url=args.prometheus_url,
+        pod_regex=args.pod_regex,
+        exported_labels=args.exported_labels,
+        vendor=args.vendor,
+        profiles=_profiles(args),
+    )
+    return _write(render_scaledobject(options), args.output)
+
+
+def run_hpa(args: argparse.Namespace) -> int:
+    options = HpaOptions(
+        target=args.target,
+        namespace=args.namespace,
+        name=args.name,
+        profile=args.profile or None,
+        metric=args.metric,
+        aggregation=args.aggregation,
+        target_value=args.target_value,
+        window=args.window,
+        min_replicas=args.min_replicas,
+        max_replicas=args.max_replicas,
+        scale_down_stabilization=args.scale_down_stabilization,
+        exported_labels=args.exported_labels,
+        vendor=args.vendor,
+        adapter=args.adapter,
+        adapter_namespace=args.adapter_namespace,
+        adapter_configmap=args.adapter_configmap,
+        profiles=_profiles(args),
+    )
+    return _write(render_hpa(options), args.output)

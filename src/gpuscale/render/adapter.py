@@ -1,0 +1,176 @@
+"""The Prometheus Adapter path: an ``autoscaling/v2`` HPA with a ``Pods`` metric, and the adapter rule that
+serves that metric from the agent's series (``custom.metrics.k8s.io``).
+
+How the adapter answers (its ``docs/config.md`` and ``pkg/naming/metrics_query.go``): for the HPA's pods it
+lists their names, expands the rule's ``metricsQuery`` Go template (delimiters ``<< >>``) with ``.Series``
+(the series name), ``.LabelMatchers`` (``<namespace label>="ns",<pod label>=~"p1|p2"``) and ``.GroupBy``
+(the pod label), runs it at ``now``, and matches each returned series to a pod by the pod label. So the query
+keeps that label: ``avg by (<<.GroupBy>>) (…)`` gives one value per pod over the pod's GPUs.
+
+The HPA's ``AverageValue`` target on a ``Pods`` metric is per pod: the HPA computes
+``ceil(sum of the pods' values / target)`` = ``ceil(pods x average / target)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import UsageError
+from ..scaler.errors import MetadataError
+from ..scaler.metadata import TriggerMetadata, parse_metadata
+from ..scaler.profiles import ProfileSet
+from ._yaml import Document, dump
+from .promql import LabelNames, aggregate, per_gpu, series_for
+from .target import check_name, check_namespace, parse_target
+
+__all__ = ["HpaOptions", "adapter_rule", "hpa_documents", "render_hpa"]
+
+
+@dataclass(frozen=True, slots=True)
+class HpaOptions:
+    target: str
+    namespace: str
+    name: str | None = None
+    profile: str | None = "llm-serving"
+    metric: str | None = None
+    aggregation: str | None = None
+    target_value: str | None = None
+    window: str | None = None
+    min_replicas: int = 1
+    max_replicas: int = 10
+    scale_down_stabilization: int = 300
+    exported_labels: bool = False
+    vendor: str = "nvidia"
+    adapter: bool = True
+    adapter_namespace: str = "monitoring"
+    adapter_configmap: str = "prometheus-adapter"
+    profiles: ProfileSet | None = None
+
+
+def _resolve(o: HpaOptions) -> TriggerMetadata:
+    keys = {
+        "profile": o.profile,
+        "metric": o.metric,
+        "aggregation": o.aggregation,
+        "targetValue": o.target_value,
+        "window": o.window,
+    }
+    try:
+        md = parse_metadata({k: v for k, v in keys.items() if v is not None}, o.profiles)
+    except MetadataError as e:
+        raise UsageError(str(e)) from e
+    if o.vendor not in ("nvidia", "amd"):
+        raise UsageError(f'--vendor "{o.vendor}" must be one of [amd, nvidia]')
+    return md
+
+
+def metric_name(md: TriggerMetadata) -> str:
+    """The custom metric's name in ``custom.metrics.k8s.io``, e.g. ``gpuscale_gpu_utilization_avg``."""
+    return f"gpuscale_{md.metric}_{md.aggregation}"
+
+
+def adapter_rule(md: TriggerMetadata, *, exported: bool = False, vendor: str = "nvidia") -> dict[str, Any]:
+    """One ``rules:`` entry of the adapter's config: per-pod ``aggregation`` over the pod's GPUs."""
+    labels = LabelNames(exported=exported)
+    series = series_for(vendor, md.metric)
+    expr = per_gpu(series, "<<.LabelMatchers>>", md.window, name="<<.Series>>")
+    return {
+        "seriesQuery": f'{series.name}{{{labels.namespace}!="",{labels.pod}!=""}}',
+        # Only overrides, no template: with exported labels the exporter pod's own namespace/pod labels
+        # must not map to resources.
+        "resources": {
+            "overrides": {
+                labels.namespace: {"resource": "namespace"},
+                labels.pod: {"resource": "pod"},
+            }
+        },
+        "name": {"matches": f"^{series.name}$", "as": metric_name(md)},
+        "metricsQuery": aggregate(md.aggregation, expr, by="<<.GroupBy>>"),
+    }
+
+
+def _quantity(value: float) -> str:
+    return str(int(value)) if value == int(value) else f"{round(value * 1000)}m"
+
+
+def hpa_documents(o: HpaOptions) -> list[Document]:
+    check_namespace(o.namespace)
+    check_namespace(o.adapter_namespace, "--adapter-namespace")
+    check_name(o.adapter_configmap, "--adapter-configmap")
+    if o.name:
+        check_name(o.name)
+    if o.min_replicas < 1:
+        raise UsageError(
+            f'--min-replicas "{o.min_replicas}" must be at least 1 (an HPA cannot scale to zero)'
+        )
+    if o.max_replicas < o.min_replicas:
+        raise UsageError(
+            f'--max-replicas "{o.max_replicas}" must be at least --min-replicas ({o.min_replicas})'
+        )
+    target = parse_target(o.target)
+    md = _resolve(o)
+    rule = adapter_rule(md, exported=o.exported_labels, vendor=o.vendor)
+    hpa = {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {
+            "name": o.name or target.name,
+            "namespace": o.namespace,
+            "labels": {"app.kubernetes.io/managed-by": "gpuscale-render"},
+        },
+        "spec": {
+            "scaleTargetRef": target.ref(),
+            "minReplicas": o.min_replicas,
+            "maxReplicas": o.max_replicas,
+            "metrics": [
+                {
+                    "type": "Pods",
+                    "pods": {
+                        "metric": {"name": metric_name(md)},
+                        "target": {"type": "AverageValue", "averageValue": _quantity(md.target_value)},
+                    },
+                }
+            ],
+            "behavior": {
+                "scaleDown": {
+                    "stabilizationWindowSeconds": o.scale_down_stabilization,
+                    "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
+                }
+            },
+        },
+    }
+    hpa_comment = (
+        f"Generated by: gpuscale render hpa --target {o.target} --namespace {o.namespace}\n"
+        f"{metric_name(md)}: per pod, the {md.aggregation} of {md.metric} over the pod's GPUs "
+        f"({md.window:g}s averages), served by Prometheus Adapter.\n"
+        f"AverageValue on a Pods metric is per pod: desired = ceil(sum over pods / {md.target_value:g})."
+    )
+    docs: list[Document] = [(hpa_comment, hpa)]
+    if o.adapter:
+        config = dump_rules([rule])
+        cm = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": o.adapter_configmap, "namespace": o.adapter_namespace},
+            "data": {"config.yaml": config},
+        }
+        cm_comment = (
+            "Prometheus Adapter's --config file. With the prometheus-community/prometheus-adapter chart,\n"
+            "put the entries of `rules:` under the chart value rules.custom instead. Merge with the rules\n"
+            "you have: the adapter reads one config. Keep --metrics-relist-interval (1m in the chart) at\n"
+            "least the scrape interval. Only one external-metrics API can exist (KEDA's, if installed);\n"
+            "this rule serves a custom metric, so both can run."
+        )
+        docs.append((cm_comment, cm))
+    return docs
+
+
+def dump_rules(rules: list[dict[str, Any]]) -> str:
+    import yaml
+
+    return yaml.safe_dump({"rules": rules}, sort_keys=False, width=200)
+
+
+def render_hpa(o: HpaOptions) -> str:
+    return dump(hpa_documents(o))

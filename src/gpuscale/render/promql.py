@@ -1,0 +1,114 @@
+"""PromQL over the agent's series (dcgm-exporter's names for NVIDIA, AMD's exporter's for AMD).
+
+``workload_query`` returns ONE series: the aggregate over the GPUs of a workload's pods, each GPU first
+averaged over ``window`` seconds. ``per_pod_query`` is the same with ``by (<pod label>)``: one series per pod,
+what Prometheus Adapter needs. Both take the label matchers as text, so the adapter rules can pass its
+template placeholders (``<<.LabelMatchers>>``) instead of concrete matchers.
+
+Labels: the agent puts the GPU's workload in ``namespace``/``pod``/``container``. A Prometheus that scrapes it
+with ``honor_labels: false`` and target labels of the same names (a ServiceMonitor does that) renames them
+``exported_namespace``/``exported_pod``; ``LabelNames(exported=True)`` selects those.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import UsageError
+from ..scaler.profiles import Aggregation, Metric
+
+__all__ = ["VENDORS", "LabelNames", "Series", "aggregate", "per_gpu", "series_for", "workload_matchers"]
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class LabelNames:
+    exported: bool = False
+
+    @property
+    def namespace(self) -> str:
+        return "exported_namespace" if self.exported else "namespace"
+
+    @property
+    def pod(self) -> str:
+        return "exported_pod" if self.exported else "pod"
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """How one metric reads from the exporter's series.
+
+    ``name``: the series; ``scale``: its unit to the metric's (MiB → bytes); ``ratio_of``: a percentage
+    ``100 * name / (sum of ratio_of)``."""
+
+    name: str
+    scale: float = 1.0
+    ratio_of: tuple[str, ...] = ()
+
+
+VENDORS: dict[str, dict[Metric, Series]] = {
+    "nvidia": {
+        "gpu_utilization": Series("DCGM_FI_DEV_GPU_UTIL"),
+        "memory_utilization": Series("DCGM_FI_DEV_MEM_COPY_UTIL"),
+        "memory_used": Series("DCGM_FI_DEV_FB_USED", scale=MIB),
+        "memory_used_percent": Series(
+            "DCGM_FI_DEV_FB_USED", ratio_of=("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE")
+        ),
+        "temperature": Series("DCGM_FI_DEV_GPU_TEMP"),
+        "power": Series("DCGM_FI_DEV_POWER_USAGE"),
+    },
+    "amd": {
+        "gpu_utilization": Series("gpu_gfx_activity"),
+        "memory_utilization": Series("gpu_umc_activity"),
+        "memory_used": Series("gpu_used_vram", scale=MIB),
+        "memory_used_percent": Series("gpu_used_vram", ratio_of=("gpu_total_vram",)),
+        "temperature": Series("gpu_junction_temperature"),
+        "power": Series("gpu_power_usage"),
+    },
+}
+
+
+def series_for(vendor: str, metric: Metric) -> Series:
+    table = VENDORS[vendor]
+    if metric not in table:
+        raise UsageError(
+            f'metric "{metric}" has no Prometheus series (the exporters publish no power limit); '
+            f"use --mode external, or one of [{', '.join(sorted(table))}]"
+        )
+    return table[metric]
+
+
+def workload_matchers(namespace: str, pod_regex: str, labels: LabelNames) -> str:
+    return f'{labels.namespace}="{namespace}",{labels.pod}=~"{pod_regex}"'
+
+
+def _fmt(value: float) -> str:
+    return str(int(value)) if value == int(value) else repr(value)
+
+
+def per_gpu(series: Series, matchers: str, window: float, *, name: str | None = None) -> str:
+    """One value per GPU series: ``window``-second averages (none for window 0).
+
+    ``name`` replaces the main series' name (the adapter's ``<<.Series>>``)."""
+
+    def term(metric: str) -> str:
+        selector = f"{metric}{{{matchers}}}"
+        return f"avg_over_time({selector}[{_fmt(window)}s])" if window > 0 else selector
+
+    main = term(name or series.name)
+    if series.ratio_of:
+        total = " + ".join(term(name if (name and s == series.name) else s) for s in series.ratio_of)
+        return f"100 * {main} / ({total})"
+    if series.scale != 1:
+        return f"{main} * {_fmt(series.scale)}"
+    return main
+
+
+def aggregate(aggregation: Aggregation, expr: str, by: str | None = None) -> str:
+    """``avg(expr)``, ``quantile(0.9, expr)``…; with ``by``: ``avg by (pod) (expr)``."""
+    group = f" by ({by})" if by else ""
+    if aggregation.startswith("p"):
+        q = int(aggregation[1:]) / 100
+        return f"quantile{group} ({q:g}, {expr})" if by else f"quantile({q:g}, {expr})"
+    return f"{aggregation}{group} ({expr})" if by else f"{aggregation}({expr})"

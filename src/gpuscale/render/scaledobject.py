@@ -1,0 +1,321 @@
+"""KEDA ScaledObjects for the three paths: ``external`` / ``external-push`` (the gpuscale scaler or, in node
+scope, an agent) and ``prometheus`` (KEDA's Prometheus scaler over the agent's series).
+
+**metricType.** KEDA's default ``AverageValue`` makes the HPA compute ``ceil(value / target)``; ``Value``
+makes it compute ``ceil(readyPods x value / target)``.
+
+- external, scope workload: the scaler reports the aggregate x the workload's pods with GPU samples, so the
+  default ``AverageValue`` gives the HPA's classic ``ceil(pods x aggregate / target)``.
+- external, scope node or pool: the scaler reports the aggregate itself → ``Value``.
+- prometheus: the query returns the aggregate (e.g. ``avg`` utilization of the workload's GPUs). With
+  ``AverageValue`` the HPA would compute ``ceil(avg / target)``, at most 2 for a percentage, whatever the
+  replicas (the AverageValue trap) → ``Value``. Only ``sum`` is additive over pods → ``AverageValue``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from ..errors import UsageError
+from ..scaler.errors import MetadataError
+from ..scaler.metadata import TriggerMetadata, parse_metadata
+from ..scaler.profiles import ProfileSet
+from ._yaml import Document, dump
+from .promql import LabelNames, aggregate, per_gpu, series_for, workload_matchers
+from .target import Target, check_name, check_namespace, check_regex, parse_target
+
+__all__ = ["MODES", "ScaledObjectOptions", "render_scaledobject", "scaledobject_documents"]
+
+Mode = Literal["external", "external-push", "prometheus"]
+MODES: tuple[Mode, ...] = ("external", "external-push", "prometheus")
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuscale-render"}
+
+
+@dataclass(frozen=True, slots=True)
+class ScaledObjectOptions:
+    """What ``gpuscale render scaledobject`` takes; every field but ``target``/``namespace`` has a default."""
+
+    target: str
+    namespace: str
+    mode: Mode = "external"
+    name: str | None = None
+    profile: str | None = "llm-serving"
+    metric: str | None = None
+    aggregation: str | None = None
+    target_value: str | None = None
+    activation_value: str | None = None
+    window: str | None = None
+    scope: str | None = None
+    share: str | None = None
+    pod_selector: str | None = None
+    node_selector: str | None = None
+    stale_after: str | None = None
+    min_replicas: int = 1
+    max_replicas: int = 10
+    polling_interval: int = 15
+    cooldown_period: int = 300
+    scale_down_stabilization: int = 300
+    # external / external-push
+    scaler_address: str | None = None
+    release: str = "gpuscale"
+    release_namespace: str = "gpuscale"
+    tls: bool = False
+    tls_secret: str | None = None
+    tls_client_cert: bool = False
+    # prometheus
+    prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
+    pod_regex: str | None = None
+    exported_labels: bool = False
+    vendor: str = "nvidia"
+    # Profiles beyond the built-in ones (the scaler's --profiles file), to check --profile against.
+    profiles: ProfileSet | None = None
+
+
+def _metadata(o: ScaledObjectOptions) -> dict[str, str]:
+    """The gpuscale trigger keys the user chose (the profile fills the rest, in the scaler)."""
+    keys = {
+        "profile": o.profile,
+        "metric": o.metric,
+        "aggregation": o.aggregation,
+        "targetValue": o.target_value,
+        "activationValue": o.activation_value,
+        "window": o.window,
+        "scope": o.scope,
+        "share": o.share,
+        "podSelector": o.pod_selector,
+        "nodeSelector": o.node_selector,
+        "staleAfter": o.stale_after,
+    }
+    return {k: v for k, v in keys.items() if v is not None}
+
+
+def resolve(o: ScaledObjectOptions) -> TriggerMetadata:
+    """The trigger as the scaler will read it; bad values fail here with the scaler's own messages."""
+    keys = _metadata(o)
+    # In the prometheus path a sum is fine (metricType AverageValue divides it by the replicas); the
+    # scaler refuses it only in its own workload scope, whose value is already multiplied by the pods.
+    prometheus_sum = o.mode == "prometheus" and keys.get("aggregation") == "sum"
+    if prometheus_sum:
+        keys["aggregation"] = "max"
+    try:
+        md = parse_metadata(keys, o.profiles)
+    except MetadataError as e:
+        raise UsageError(str(e)) from e
+    return replace(md, aggregation="sum") if prometheus_sum else md
+
+
+def _check_common(o: ScaledObjectOptions) -> None:
+    if o.mode not in MODES:
+        raise UsageError(f'--mode "{o.mode}" must be one of [{", ".join(MODES)}]')
+    check_namespace(o.namespace)
+    if o.min_replicas < 0:
+        raise UsageError(f'--min-replicas "{o.min_replicas}" must be at least 0')
+    if o.max_replicas < max(1, o.min_replicas):
+        raise UsageError(
+            f'--max-replicas "{o.max_replicas}" must be at least 1 and at least '
+            f"--min-replicas ({o.min_replicas})"
+        )
+    for flag, value in (
+        ("--polling-interval", o.polling_interval),
+        ("--cooldown-period", o.cooldown_period),
+        ("--scale-down-stabilization", o.scale_down_stabilization),
+    ):
+        if value < (1 if flag == "--polling-interval" else 0):
+            raise UsageError(f'{flag} "{value}" must be a number of seconds (at least 1)')
+    if o.mode == "prometheus" and (o.tls or o.tls_secret or o.tls_client_cert):
+        raise UsageError("--tls, --tls-secret and --tls-client-cert are for --mode external or external-push")
+    if o.tls_client_cert and not o.tls_secret:
+        raise UsageError("--tls-client-cert needs --tls-secret (the Secret holding tls.crt and tls.key)")
+
+
+def _comment_metadata(md: TriggerMetadata) -> str:
+    src = f'profile "{md.profile}": ' if md.profile else ""
+    return (
+        f"Trigger as the scaler reads it ({src}metric {md.metric}, aggregation {md.aggregation}, "
+        f"targetValue {md.target_value:g}, activationValue {md.activation_value:g}, window {md.window:g}s, "
+        f"scope {md.scope})."
+    )
+
+
+def _external_trigger(
+    o: ScaledObjectOptions, md: TriggerMetadata, target: Target
+) -> tuple[dict[str, Any], str]:
+    if o.scaler_address:
+        address = o.scaler_address
+    elif md.scope == "node":
+        address = f"{o.release}-agent.{o.release_namespace}.svc:6000"
+    else:
+        address = f"{o.release}-scaler.{o.release_namespace}.svc:6001"
+    metadata: dict[str, str] = {"scalerAddress": address}
+    if o.tls or o.tls_secret:
+        metadata["enableTLS"] = "true"
+    metadata.update(_metadata(o))
+    metric_type = "AverageValue" if md.scope == "workload" else "Value"
+    trigger: dict[str, Any] = {"type": o.mode, "name": "gpu", "metricType": metric_type, "metadata": metadata}
+    if o.tls_secret:
+        trigger["authenticationRef"] = {"name": f"{o.name or target.name}-gpuscale-tls"}
+    if md.scope == "workload":
+        why = (
+            "metricType AverageValue: in workload scope the scaler reports the aggregate times the pods with "
+            f"GPU samples, so the HPA computes ceil(pods x {md.aggregation} / {md.target_value:g}), the "
+            "classic per-replica rule."
+        )
+    else:
+        why = (
+            f"metricType Value: in {md.scope} scope the scaler reports the aggregate itself, and Value makes "
+            f"the HPA compute ceil(ready pods x value / {md.target_value:g})."
+        )
+    if md.scope == "node":
+        why += (
+            " The address is the agents' headless Service: KEDA spreads its calls over every node, so node "
+            "scope reads one node per call; use it with one GPU node, else the scaler."
+        )
+    return trigger, why
+
+
+def _prometheus_trigger(
+    o: ScaledObjectOptions, md: TriggerMetadata, target: Target
+) -> tuple[dict[str, Any], str, str]:
+    if md.scope != "workload":
+        raise UsageError(
+            f'--scope "{md.scope}" needs --mode external: Prometheus has no node labels to select a pool '
+            "and no single node to read"
+        )
+    if md.share != "gpu":
+        raise UsageError('--share "container" needs --mode external')
+    if o.vendor not in ("nvidia", "amd"):
+        raise UsageError(f'--vendor "{o.vendor}" must be one of [amd, nvidia]')
+    regex = check_regex(o.pod_regex) if o.pod_regex else target.pod_regex
+    labels = LabelNames(exported=o.exported_labels)
+    expr = per_gpu(series_for(o.vendor, md.metric), workload_matchers(o.namespace, regex, labels), md.window)
+    query = aggregate(md.aggregation, expr)
+    additive = md.aggregation == "sum"
+    metric_type = "AverageValue" if additive else "Value"
+    metadata = {
+        "serverAddress": o.prometheus_url,
+        "query": query,
+        "threshold": f"{md.target_value:g}",
+        "activationThreshold": f"{md.activation_value:g}",
+    }
+    if o.min_replicas >= 1:
+        # With pods running, an empty result means a lost target or broken labels: fail, not read 0.
+        metadata["ignoreNullValues"] = "false"
+    trigger = {"type": "prometheus", "name": "gpu", "metricType": metric_type, "metadata": metadata}
+    if additive:
+        why = (
+            "metricType AverageValue: the query sums over the workload's GPUs, an additive total, and "
+            f"the HPA computes ceil(total / {md.target_value:g})."
+        )
+    else:
+        why = (
+            f"metricType Value, not KEDA's default AverageValue: the query returns the {md.aggregation} over "
+            "the workload's GPUs, a per-replica figure. AverageValue would compute "
+            f"ceil({md.aggregation} / {md.target_value:g}), which never passes 2 for a percentage whatever "
+            f"the replicas; Value computes ceil(ready pods x {md.aggregation} / {md.target_value:g})."
+        )
+    pods = f'Pods are selected by name: {labels.pod}=~"{regex}"' + (
+        " (--pod-regex)."
+        if o.pod_regex
+        else f" (the pods a {target.kind_name} names; --pod-regex to change)."
+    )
+    if o.exported_labels:
+        pods += " Labels are exported_* because Prometheus scrapes the agent with honorLabels false."
+    return trigger, why, pods
+
+
+def scaledobject_documents(o: ScaledObjectOptions) -> list[Document]:
+    """The ScaledObject (and, with ``tls_secret``, its TriggerAuthentication) as ``(comment, object)``."""
+    _check_common(o)
+    target = parse_target(o.target)
+    md = resolve(o)
+    name = o.name or target.name
+    if o.name:
+        check_name(o.name)
+    comment = [
+        f"Generated by: gpuscale render scaledobject --target {o.target} --namespace {o.namespace} "
+        f"--mode {o.mode}",
+        _comment_metadata(md),
+    ]
+    if o.mode == "prometheus":
+        trigger, why, pods = _prometheus_trigger(o, md, target)
+        comment += [why, pods]
+    else:
+        trigger, why = _external_trigger(o, md, target)
+        comment.append(why)
+        if o.mode == "external-push":
+            comment.append(
+                "external-push: the scaler pushes activity at once (StreamIsActive) to wake the target "
+                "from zero; KEDA still polls every pollingInterval and scales to zero only by polling."
+            )
+    if o.min_replicas == 0:
+        comment.append(
+            "minReplicaCount 0: GPU metrics of a workload with no pods are empty, so this trigger alone "
+            "never wakes it; add a trigger that sees demand (a queue, requests)."
+        )
+    spec: dict[str, Any] = {
+        "scaleTargetRef": target.ref(),
+        "pollingInterval": o.polling_interval,
+        "cooldownPeriod": o.cooldown_period,
+        "minReplicaCount": o.min_replicas,
+        "maxReplicaCount": o.max_replicas,
+        "advanced": {
+            "horizontalPodAutoscalerConfig": {
+                "behavior": {
+                    "scaleDown": {
+                        "stabilizationWindowSeconds": o.scale_down_stabilization,
+                        "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
+                    }
+                }
+            }
+        },
+        "triggers": [trigger],
+    }
+    so = {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": name, "namespace": o.namespace, "labels": dict(MANAGED_BY)},
+        "spec": spec,
+    }
+    docs: list[Document] = [("\n".join(_wrap(c) for c in comment), so)]
+    if o.tls_secret:
+        docs.insert(0, _trigger_auth(o, name))
+    return docs
+
+
+def _trigger_auth(o: ScaledObjectOptions, name: str) -> Document:
+    params = [{"parameter": "caCert", "name": o.tls_secret, "key": "ca.crt"}]
+    if o.tls_client_cert:
+        params += [
+            {"parameter": "tlsClientCert", "name": o.tls_secret, "key": "tls.crt"},
+            {"parameter": "tlsClientKey", "name": o.tls_secret, "key": "tls.key"},
+        ]
+    comment = (
+        f"KEDA reads the scaler's CA (and its client certificate) as PEM from Secret {o.tls_secret} in "
+        f"namespace {o.namespace}, the ScaledObject's namespace: copy it there."
+    )
+    obj = {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "TriggerAuthentication",
+        "metadata": {"name": f"{name}-gpuscale-tls", "namespace": o.namespace, "labels": dict(MANAGED_BY)},
+        "spec": {"secretTargetRef": params},
+    }
+    return comment, obj
+
+
+def _wrap(text: str, width: int = 108) -> str:
+    lines: list[str] = []
+    line = ""
+    for word in text.split(" "):
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    lines.append(line)
+    return "\n".join(lines)
+
+
+def render_scaledobject(o: ScaledObjectOptions) -> str:
+    """YAML text: ``kubectl apply -f -`` ready."""
+    return dump(scaledobject_documents(o))

@@ -1,0 +1,256 @@
+"""The Helm chart, rendered and linted by Helm's own Go SDK, every object checked against Kubernetes' schemas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import helm_python as helm
+import pytest
+import yaml
+
+from gpuscale.scaler.profiles import parse_profiles
+
+from .helpers import (
+    CHART,
+    KUBE_VERSION,
+    NAMESPACE,
+    find,
+    notes_scaledobject,
+    objects,
+    render_chart,
+    validate_all,
+)
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "amd": {"agent": {"backend": "amdsmi", "amd": {"enabled": True, "visibleDevices": "all"},
+                      "nvidia": {"visibleDevices": ""}}},
+    "tls": {"scaler": {"tls": {"enabled": True, "secretName": "gpuscale-tls", "clientAuth": True}}},
+    "monitoring": {"serviceMonitor": {"enabled": True, "labels": {"release": "kps"}},
+                   "networkPolicy": {"enabled": True,
+                                     "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]}},
+    "runtime-class": {"agent": {"runtimeClassName": "nvidia", "hostPID": False}},
+    "agent-scaler": {"agent": {"serveExternalScaler": True}, "networkPolicy": {"enabled": True}},
+    "clusterip-custom": {"scaler": {"service": {"headless": False}, "replicas": 3,
+                                    "profiles": {"my-llm": {"extends": "llm-serving", "targetValue": 75}}},
+                         "agent": {"extraResourceNames": ["nvidia.com/gpu.shared"], "runAsUser": 0}},
+}
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, dict[str, str]]:
+    return {name: render_chart(values) for name, values in VARIANTS.items()}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_renders_valid_objects(rendered: dict[str, dict[str, str]], variant: str) -> None:
+    objs = objects(rendered[variant])
+    validate_all(objs)
+    kinds = sorted(o["kind"] for o in objs)
+    for kind in ("DaemonSet", "Deployment", "ClusterRole", "ClusterRoleBinding", "ConfigMap",
+                 "PodDisruptionBudget", "Service", "ServiceAccount"):
+        assert kind in kinds, kind
+    assert notes_scaledobject(rendered[variant]["gpuscale/templates/NOTES.txt"])  # parses
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_lint_clean(variant: str) -> None:
+    report = helm.lint(str(CHART), VARIANTS[variant], strict=True, namespace=NAMESPACE,
+                       kube_version=f"v{KUBE_VERSION}.0")
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+def _agent_pod(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    spec: dict[str, Any] = find(objs, "DaemonSet")["spec"]["template"]["spec"]
+    return spec
+
+
+def test_agent_is_unprivileged(rendered: dict[str, dict[str, str]]) -> None:
+    for variant in ("default", "amd", "runtime-class"):
+        pod = _agent_pod(objects(rendered[variant]))
+        (c,) = pod["containers"]
+        sc = c["securityContext"]
+        assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 65532
+        assert "hostNetwork" not in pod and "hostIPC" not in pod
+        mounts = {m["name"]: m for m in c["volumeMounts"]}
+        assert mounts["pod-resources"] == {"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources",
+                                           "readOnly": True}
+        assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+        assert c["resources"]["limits"] and c["resources"]["requests"]
+        assert "--kubelet-socket=/var/lib/kubelet/pod-resources/kubelet.sock" in c["args"]
+
+
+def test_agent_gpu_settings(rendered: dict[str, dict[str, str]]) -> None:
+    default = _agent_pod(objects(rendered["default"]))
+    assert default["hostPID"] is True and "runtimeClassName" not in default
+    env = {e["name"]: e.get("value") for e in default["containers"][0]["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and "AMD_VISIBLE_DEVICES" not in env
+    terms = default["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [  # any GPU label: terms are ORed
+        {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]},
+        {"matchExpressions": [{"key": "feature.node.kubernetes.io/amd-gpu", "operator": "In", "values": ["true"]}]},
+    ]
+    assert {t["key"] for t in default["tolerations"]} == {"nvidia.com/gpu", "amd.com/gpu"}
+
+    rc = _agent_pod(objects(rendered["runtime-class"]))
+    assert rc["runtimeClassName"] == "nvidia" and rc["hostPID"] is False
+
+    amd = _agent_pod(objects(rendered["amd"]))
+    env = {e["name"]: e.get("value") for e in amd["containers"][0]["env"]}
+    assert env["AMD_VISIBLE_DEVICES"] == "all" and "NVIDIA_VISIBLE_DEVICES" not in env
+    assert "--backend=amdsmi" in amd["containers"][0]["args"]
+    assert {v["name"]: v["hostPath"]["path"] for v in amd["volumes"] if "hostPath" in v} == {
+        "pod-resources": "/var/lib/kubelet/pod-resources", "dev-kfd": "/dev/kfd", "dev-dri": "/dev/dri"}
+
+    scaler = _agent_pod(objects(rendered["agent-scaler"]))
+    assert "--serve-external-scaler" in scaler["containers"][0]["args"]
+
+
+def test_rbac_is_least_privilege(rendered: dict[str, dict[str, str]]) -> None:
+    objs = objects(rendered["default"])
+    assert find(objs, "ClusterRole", "gpuscale-agent")["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    ]
+    assert find(objs, "ClusterRole", "gpuscale-scaler")["rules"] == [
+        {"apiGroups": ["keda.sh"], "resources": ["scaledobjects"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["*"], "resources": ["*/scale"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    ]
+    assert not [o for o in objs if o["kind"] in ("Role", "RoleBinding")]
+    for name in ("gpuscale-agent", "gpuscale-scaler"):
+        binding = find(objs, "ClusterRoleBinding", name)
+        assert binding["roleRef"]["name"] == name
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}]
+    narrowed = objects(render_chart({"scaler": {"scaleTargetGroups": ["apps"]}}))
+    assert find(narrowed, "ClusterRole", "gpuscale-scaler")["rules"][1]["apiGroups"] == ["apps"]
+    assert not [o for o in objects(render_chart({"rbac": {"create": False}})) if o["kind"].startswith("Cluster")]
+
+
+def test_scaler_deployment(rendered: dict[str, dict[str, str]]) -> None:
+    objs = objects(rendered["default"])
+    dep = find(objs, "Deployment")
+    assert dep["spec"]["replicas"] == 2
+    pod = dep["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["args"][:3] == ["--log-level=info", "scaler",
+                             "--agents-dns=gpuscale-agent.gpuscale.svc.cluster.local:6000"]
+    assert "--profiles=/etc/gpuscale/profiles/profiles.yaml" in c["args"]
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True and pod["securityContext"]["runAsNonRoot"]
+    # Off GPU nodes: one term, every GPU label excluded (ANDed).
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [
+        {"key": "nvidia.com/gpu.present", "operator": "NotIn", "values": ["true"]},
+        {"key": "feature.node.kubernetes.io/amd-gpu", "operator": "NotIn", "values": ["true"]},
+    ]}]
+    anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+    assert anti["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert find(objs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    svc = find(objs, "Service", "gpuscale-scaler")
+    assert svc["spec"]["clusterIP"] == "None"
+    assert {p["name"]: p["port"] for p in svc["spec"]["ports"]} == {"grpc": 6001, "metrics": 9401}
+    agent_svc = find(objs, "Service", "gpuscale-agent")
+    assert agent_svc["spec"]["clusterIP"] == "None"
+    assert {p["name"]: p["port"] for p in agent_svc["spec"]["ports"]} == {"grpc": 6000, "metrics": 9400}
+
+    custom = objects(rendered["clusterip-custom"])
+    assert "clusterIP" not in find(custom, "Service", "gpuscale-scaler")["spec"]
+    assert find(custom, "Deployment")["spec"]["replicas"] == 3
+    agent = find(custom, "DaemonSet")["spec"]["template"]["spec"]
+    assert agent["securityContext"]["runAsNonRoot"] is False
+    assert "--extra-resource-names=nvidia.com/gpu.shared" in agent["containers"][0]["args"]
+
+
+def test_profiles_configmap_is_what_the_scaler_reads(rendered: dict[str, dict[str, str]]) -> None:
+    for variant, expect in (("default", set()), ("clusterip-custom", {"my-llm"})):
+        cm = find(objects(rendered[variant]), "ConfigMap", "gpuscale-scaler-profiles")
+        data = yaml.safe_load(cm["data"]["profiles.yaml"])
+        profiles = parse_profiles(data, source="configmap")
+        assert expect <= set(profiles)
+    custom = parse_profiles(yaml.safe_load(find(objects(rendered["clusterip-custom"]), "ConfigMap")["data"][
+        "profiles.yaml"]))
+    assert custom["my-llm"].target_value == 75 and custom["my-llm"].metric == "gpu_utilization"
+
+
+def test_tls(rendered: dict[str, dict[str, str]]) -> None:
+    pod = find(objects(rendered["tls"]), "Deployment")["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert {"--tls-cert=/etc/gpuscale/tls/tls.crt", "--tls-key=/etc/gpuscale/tls/tls.key",
+            "--tls-client-ca=/etc/gpuscale/tls/ca.crt"} <= set(args)
+    assert {"name": "tls", "secret": {"secretName": "gpuscale-tls"}} in pod["volumes"]
+    assert 'enableTLS: "true"' in rendered["tls"]["gpuscale/templates/NOTES.txt"]
+
+
+def test_monitoring(rendered: dict[str, dict[str, str]]) -> None:
+    objs = objects(rendered["monitoring"])
+    monitors = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ServiceMonitor"}
+    assert set(monitors) == {"gpuscale-agent", "gpuscale-scaler"}
+    (ep,) = monitors["gpuscale-agent"]["spec"]["endpoints"]
+    assert ep["honorLabels"] is True and ep["port"] == "metrics"
+    assert monitors["gpuscale-agent"]["metadata"]["labels"]["release"] == "kps"
+    policies = {o["metadata"]["name"]: o["spec"] for o in objs if o["kind"] == "NetworkPolicy"}
+    grpc_from = policies["gpuscale-scaler"]["ingress"][0]["from"]
+    assert grpc_from == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "keda"}}}]
+    agent_grpc = policies["gpuscale-agent"]["ingress"][0]["from"]
+    assert len(agent_grpc) == 1 and "podSelector" in agent_grpc[0]  # the scaler only
+    open_agent = {o["metadata"]["name"]: o["spec"] for o in objects(rendered["agent-scaler"])
+                  if o["kind"] == "NetworkPolicy"}["gpuscale-agent"]
+    assert len(open_agent["ingress"][0]["from"]) == 2  # and KEDA, which the agent answers
+
+
+def test_notes_scaledobject_points_at_the_scaler(rendered: dict[str, dict[str, str]]) -> None:
+    notes = rendered["default"]["gpuscale/templates/NOTES.txt"]
+    so = notes_scaledobject(notes)
+    validate_all([so])
+    (trigger,) = so["spec"]["triggers"]
+    assert trigger["metadata"]["scalerAddress"] == "gpuscale-scaler.gpuscale.svc:6001"
+    assert trigger["metricType"] == "AverageValue"
+    other = render_chart({"fullnameOverride": "gs"})["gpuscale/templates/NOTES.txt"]
+    assert notes_scaledobject(other)["spec"]["triggers"][0]["metadata"]["scalerAddress"] == "gs-scaler.gpuscale.svc:6001"
+
+
+BAD_VALUES = [
+    ({"agent": {"backend": "cuda"}}, "/agent/backend"),
+    ({"agent": {"bakend": "nvml"}}, "'bakend' not allowed"),
+    ({"agent": {"hostnameLabel": "HOSTNAME"}}, "/agent/hostnameLabel"),
+    ({"agent": {"interval": 0}}, "/agent/interval"),
+    ({"agent": {"grpcPort": 70000}}, "/agent/grpcPort"),
+    ({"agent": {"podResourcesDir": "var/lib"}}, "/agent/podResourcesDir"),
+    ({"scaler": {"replicas": 0}}, "/scaler/replicas"),
+    ({"scaler": {"tls": {"enabled": True}}}, "/scaler/tls/secretName"),
+    ({"scaler": {"profiles": {"Bad_Name": {}}}}, "/scaler/profiles"),
+    ({"scaler": {"service": {"headless": "yes"}}}, "/scaler/service/headless"),
+    ({"serviceMonitor": {"interval": "fast"}}, "/serviceMonitor/interval"),
+    ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+    ({"gpuNodeLabels": [{"values": ["true"]}]}, "/gpuNodeLabels/0"),
+]
+
+
+@pytest.mark.parametrize(("values", "key"), BAD_VALUES, ids=[k for _, k in BAD_VALUES])
+def test_bad_values_fail_install_naming_the_key(values: dict[str, Any], key: str) -> None:
+    with pytest.raises(helm.HelmValuesError, match="schema") as e:
+        render_chart(values)
+    assert key in str(e.value)
+    # And a real `helm install` (client dry run: no cluster) refuses them the same way.
+    cfg = helm.Config(storage_driver="memory", namespace=NAMESPACE,
+                      kubeconfig_content="apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    try:
+        with pytest.raises(helm.HelmError) as install_error:
+            cfg.install(helm.Chart.load(str(CHART)), "gpuscale", values, namespace=NAMESPACE, dry_run="client")
+    finally:
+        cfg.close()
+    assert key in str(install_error.value)
+
+
+def test_default_install_dry_run() -> None:
+    cfg = helm.Config(storage_driver="memory", namespace=NAMESPACE,
+                      kubeconfig_content="apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    try:
+        release = cfg.install(helm.Chart.load(str(CHART)), "gpuscale", {}, namespace=NAMESPACE, dry_run="client")
+    finally:
+        cfg.close()
+    assert "kind: DaemonSet" in release["manifest"] and "gpuscale-scaler.gpuscale.svc:6001" in release["notes"]

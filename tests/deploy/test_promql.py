@@ -1,0 +1,123 @@
+"""A real Prometheus scrapes a real agent (mock GPUs, pods attributed through the stand-in kubelet): the query in
+each rendered ScaledObject returns exactly one series with the expected value, and the Prometheus Adapter rule,
+expanded as the adapter expands it, returns one value per pod."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuscale.render import HpaOptions, ScaledObjectOptions, hpa_documents, scaledobject_documents
+from tests.fakes.kubelet import FakeKubelet, pod_resources
+from tests.fakes.prometheus import PrometheusServer, prometheus_binary, run_prometheus
+
+from .conftest import AgentFactory, prometheus_with_target_labels
+from .helpers import ROOT, expand_rule
+
+DASHBOARD = ROOT / "deploy" / "grafana" / "gpuscale.json"
+
+pytestmark = [
+    pytest.mark.prometheus,
+    pytest.mark.skipif(prometheus_binary() is None, reason="Debian's prometheus package is not installed"),
+]
+
+# GPU utilization per mock GPU: llm's two pods hold GPUs 0, 1 and 2 (pod b has two), embed holds GPU 3,
+# GPU 4 is free. A StatefulSet "llm-embed" would not match the Deployment regex.
+PATTERNS = "constant:30,constant:50,constant:70,constant:90,constant:10"
+POD_A, POD_B = "llm-7d9f8b6c5-x2x4z", "llm-7d9f8b6c5-q8w7n"
+
+
+def query_of(options: ScaledObjectOptions) -> str:
+    so = scaledobject_documents(options)[-1][1]
+    q: str = so["spec"]["triggers"][0]["metadata"]["query"]
+    return q
+
+
+def one_value(prom: PrometheusServer, promql: str) -> float:
+    result = prom.wait_for(promql)
+    assert len(result) == 1, result
+    return float(result[0]["value"][1])
+
+
+def per_pod(prom: PrometheusServer, promql: str, label: str) -> dict[str, float]:
+    return {r["metric"][label]: float(r["value"][1]) for r in prom.wait_for(promql, min_series=2)}
+
+
+async def attributed_agent(start_agent: AgentFactory, kubelet: FakeKubelet) -> Any:
+    agent = await start_agent(PATTERNS, gpus=5)
+    u = [d.uuid for d in agent.state.devices]
+    kubelet.pods = [
+        pod_resources("ai", POD_A, {"server": [("nvidia.com/gpu", [u[0]])]}),
+        pod_resources("ai", POD_B, {"server": [("nvidia.com/gpu", [u[1], u[2]])]}),
+        pod_resources("ai", "llm-embed-0", {"main": [("nvidia.com/gpu", [u[3]])]}),
+    ]
+    while len(agent.state.assignments) < 4:
+        await asyncio.sleep(0.05)
+    return agent
+
+
+def _options(**kw: Any) -> ScaledObjectOptions:
+    return ScaledObjectOptions("deployment/llm", "ai", mode="prometheus", window="5", **kw)
+
+
+async def test_rendered_queries(start_agent: AgentFactory, kubelet: FakeKubelet, tmp_path: Path) -> None:
+    agent = await attributed_agent(start_agent, kubelet)
+
+    def check() -> None:
+        with run_prometheus(tmp_path, [f"127.0.0.1:{agent.metrics_port}"]) as prom:
+            prom.wait_for("DCGM_FI_DEV_GPU_UTIL", min_series=5)
+            assert one_value(prom, query_of(_options())) == pytest.approx(50.0)  # (30 + 50 + 70) / 3
+            assert one_value(prom, query_of(_options(aggregation="max"))) == pytest.approx(70.0)
+            assert one_value(prom, query_of(_options(aggregation="p50"))) == pytest.approx(50.0)
+            # StatefulSet llm-embed: its pod llm-embed-0 only.
+            sts = ScaledObjectOptions("statefulset/llm-embed", "ai", mode="prometheus", window="5")
+            assert one_value(prom, query_of(sts)) == pytest.approx(90.0)
+            # Memory: the rendered bytes query against the raw MiB series of the same GPUs.
+            used = one_value(prom, query_of(_options(metric="memory_used", aggregation="sum", target_value="1Gi")))
+            raw = one_value(prom, 'sum(DCGM_FI_DEV_FB_USED{namespace="ai",pod=~"llm-[a-z0-9]+-[a-z0-9]{5}"})')
+            assert used == pytest.approx(raw * 1024 * 1024, rel=0.02)
+            pct = one_value(prom, query_of(_options(metric="memory_used_percent", aggregation="max", target_value="80")))
+            assert 0 < pct < 100
+
+            # The adapter rule, expanded for the HPA's pods: one value per pod, the avg over each pod's GPUs.
+            cm = hpa_documents(HpaOptions("deployment/llm", "ai", window="5"))[1][1]
+            (rule,) = yaml.safe_load(cm["data"]["config.yaml"])["rules"]
+            assert prom.query(rule["seriesQuery"])  # the adapter's discovery finds the series
+            q = expand_rule(rule, "ai", [POD_A, POD_B])
+            assert q == ('avg by (pod) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{namespace="ai",'
+                         f'pod=~"{POD_A}|{POD_B}"}}[5s]))')
+            assert per_pod(prom, q, "pod") == {POD_A: pytest.approx(30.0), POD_B: pytest.approx(60.0)}
+            assert one_value(prom, expand_rule(rule, "ai", [POD_A])) == pytest.approx(30.0)
+
+            # Every query of the Grafana dashboard is valid PromQL (its variables set as Grafana would).
+            variables = {"$hostname_label": "Hostname", "$node": ".*", "$namespace": ".*"}
+            for panel in json.loads(DASHBOARD.read_text())["panels"]:
+                for target in panel.get("targets", []):
+                    expr = target["expr"]
+                    for name, value in variables.items():
+                        expr = expr.replace(name, value)
+                    prom.query(expr)  # asserts status success
+
+    await asyncio.to_thread(check)
+
+
+async def test_exported_labels(start_agent: AgentFactory, kubelet: FakeKubelet, tmp_path: Path) -> None:
+    agent = await attributed_agent(start_agent, kubelet)
+
+    def check() -> None:
+        with prometheus_with_target_labels(tmp_path, f"127.0.0.1:{agent.metrics_port}") as prom:
+            prom.wait_for("DCGM_FI_DEV_GPU_UTIL", min_series=5)
+            # The plain query finds nothing: pod/namespace are now the agent's own pod.
+            assert prom.query(query_of(_options())) == []
+            assert one_value(prom, query_of(_options(exported_labels=True))) == pytest.approx(50.0)
+            cm = hpa_documents(HpaOptions("deployment/llm", "ai", window="5", exported_labels=True))[1][1]
+            (rule,) = yaml.safe_load(cm["data"]["config.yaml"])["rules"]
+            q = expand_rule(rule, "ai", [POD_A, POD_B])
+            assert per_pod(prom, q, "exported_pod") == {POD_A: pytest.approx(30.0), POD_B: pytest.approx(60.0)}
+
+    await asyncio.to_thread(check)

@@ -1,0 +1,144 @@
+"""``gpuscale render``: every manifest it writes validates (KEDA's CRDs, Kubernetes' schemas) and says the right
+thing; the examples in deploy/examples validate too; bad options are one-line usage errors."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuscale.cli import render as render_cli
+from gpuscale.errors import UsageError
+from gpuscale.render import HpaOptions, ScaledObjectOptions, render_hpa, render_scaledobject
+
+from .helpers import EXAMPLES, validate_all
+
+
+def docs(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def cli(*argv: str, tmp_path: Path) -> list[dict[str, Any]]:
+    parser = argparse.ArgumentParser()
+    render_cli.register(parser.add_subparsers())
+    out = tmp_path / "out.yaml"
+    args = parser.parse_args(["render", *argv, "-o", str(out)])
+    assert args.func(args) == 0
+    return docs(out.read_text())
+
+
+@pytest.mark.parametrize("mode", ["external", "external-push", "prometheus"])
+def test_minimal_command_writes_a_working_manifest(mode: str, tmp_path: Path) -> None:
+    (so,) = cli("scaledobject", "--target", "deployment/llm", "--namespace", "ai", "--mode", mode,
+                tmp_path=tmp_path)
+    validate_all([so])
+    assert so["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llm"}
+    assert so["metadata"] == {"name": "llm", "namespace": "ai",
+                              "labels": {"app.kubernetes.io/managed-by": "gpuscale-render"}}
+    (trigger,) = so["spec"]["triggers"]
+    assert trigger["type"] == mode
+    if mode == "prometheus":
+        assert trigger["metricType"] == "Value"
+        assert trigger["metadata"] == {
+            "serverAddress": "http://prometheus-operated.monitoring.svc:9090",
+            "query": 'avg(avg_over_time(DCGM_FI_DEV_GPU_UTIL{namespace="ai",pod=~"llm-[a-z0-9]+-[a-z0-9]{5}"}[30s]))',
+            "threshold": "85", "activationThreshold": "5", "ignoreNullValues": "false"}
+    else:
+        assert trigger["metricType"] == "AverageValue"
+        assert trigger["metadata"] == {"scalerAddress": "gpuscale-scaler.gpuscale.svc:6001", "profile": "llm-serving"}
+
+
+def test_comments_explain_metric_type() -> None:
+    text = render_scaledobject(ScaledObjectOptions("deployment/llm", "ai", mode="prometheus"))
+    assert "# metricType Value, not KEDA's default AverageValue" in text
+    assert "AverageValue would compute\n# ceil(avg / 85)" in text or "ceil(avg / 85)" in text
+    ext = render_scaledobject(ScaledObjectOptions("deployment/llm", "ai"))
+    assert "times the pods with GPU samples" in ext
+
+
+CASES: list[tuple[dict[str, Any], str, dict[str, str]]] = [
+    # (options, metricType, expected metadata subset)
+    ({"mode": "external", "scope": "node"}, "Value",
+     {"scalerAddress": "gpuscale-agent.gpuscale.svc:6000", "scope": "node"}),
+    ({"mode": "external", "scope": "pool", "node_selector": "pool=a100", "metric": "power", "target_value": "300",
+      "aggregation": "sum"}, "Value", {"scope": "pool", "nodeSelector": "pool=a100", "aggregation": "sum"}),
+    ({"mode": "external-push", "profile": "online-inference", "scaler_address": "s.x.svc:6001", "tls": True},
+     "AverageValue", {"scalerAddress": "s.x.svc:6001", "enableTLS": "true", "profile": "online-inference"}),
+    ({"mode": "prometheus", "aggregation": "sum", "metric": "memory_used", "target_value": "40Gi"},
+     "AverageValue", {"query": 'sum(avg_over_time(DCGM_FI_DEV_FB_USED{namespace="ai",pod=~"llm-[a-z0-9]+-[a-z0-9]{5}"}[30s]) * 1048576)',
+                      "threshold": "4.29497e+10"}),
+    ({"mode": "prometheus", "profile": "online-inference", "exported_labels": True, "target": "statefulset/llm"},
+     "Value", {"query": 'quantile(0.9, avg_over_time(DCGM_FI_DEV_GPU_UTIL{exported_namespace="ai",exported_pod=~"llm-[0-9]+"}[10s]))'}),
+    ({"mode": "prometheus", "vendor": "amd", "window": "0", "pod_regex": "llm-.*"},
+     "Value", {"query": 'avg(gpu_gfx_activity{namespace="ai",pod=~"llm-.*"})'}),
+]
+
+
+@pytest.mark.parametrize(("options", "metric_type", "expect"), CASES)
+def test_modes_and_scopes(options: dict[str, Any], metric_type: str, expect: dict[str, str]) -> None:
+    options = {"target": "deployment/llm", "namespace": "ai", **options}
+    objs = docs(render_scaledobject(ScaledObjectOptions(**options)))
+    validate_all(objs)
+    (trigger,) = objs[-1]["spec"]["triggers"]
+    assert trigger["metricType"] == metric_type
+    assert expect.items() <= trigger["metadata"].items()
+
+
+def test_tls_trigger_authentication() -> None:
+    auth, so = docs(render_scaledobject(ScaledObjectOptions(
+        "deployment/llm", "ai", tls_secret="gpuscale-ca", tls_client_cert=True)))
+    validate_all([auth, so])
+    assert auth["kind"] == "TriggerAuthentication" and auth["metadata"]["namespace"] == "ai"
+    assert [p["parameter"] for p in auth["spec"]["secretTargetRef"]] == ["caCert", "tlsClientCert", "tlsClientKey"]
+    assert so["spec"]["triggers"][0]["authenticationRef"] == {"name": auth["metadata"]["name"]}
+    assert so["spec"]["triggers"][0]["metadata"]["enableTLS"] == "true"
+
+
+def test_hpa_and_adapter_rules(tmp_path: Path) -> None:
+    hpa, cm = cli("hpa", "--adapter", "--target", "deployment/llm", "--namespace", "ai", tmp_path=tmp_path)
+    validate_all([hpa, cm])
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric == {"type": "Pods", "pods": {"metric": {"name": "gpuscale_gpu_utilization_avg"},
+                                               "target": {"type": "AverageValue", "averageValue": "85"}}}
+    (rule,) = yaml.safe_load(cm["data"]["config.yaml"])["rules"]
+    assert rule == {
+        "seriesQuery": 'DCGM_FI_DEV_GPU_UTIL{namespace!="",pod!=""}',
+        "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
+        "name": {"matches": "^DCGM_FI_DEV_GPU_UTIL$", "as": "gpuscale_gpu_utilization_avg"},
+        "metricsQuery": "avg by (<<.GroupBy>>) (avg_over_time(<<.Series>>{<<.LabelMatchers>>}[30s]))",
+    }
+    (only_hpa,) = docs(render_hpa(HpaOptions("deployment/llm", "ai", exported_labels=True, adapter=False)))
+    validate_all([only_hpa])
+
+
+BAD: list[tuple[dict[str, Any], str]] = [
+    ({"target": "job/x"}, '--target "job/x" must be KIND/NAME with KIND one of [deployment, statefulset], e.g. deployment/llm'),
+    ({"mode": "push"}, '--mode "push" must be one of [external, external-push, prometheus]'),
+    ({"namespace": "AI"}, '--namespace "AI" must be a Kubernetes namespace name (a DNS label)'),
+    ({"max_replicas": 0}, '--max-replicas "0" must be at least 1 and at least --min-replicas (1)'),
+    ({"aggregation": "mean"}, 'invalid trigger metadata: parameter "aggregation" value "mean" must be one of [avg, max, min, p50, p90, p95, p99, sum]'),
+    ({"mode": "prometheus", "metric": "power_percent", "target_value": "80"},
+     'metric "power_percent" has no Prometheus series (the exporters publish no power limit); use --mode external, or one of [gpu_utilization, memory_used, memory_used_percent, memory_utilization, power, temperature]'),
+    ({"mode": "prometheus", "scope": "node"}, '--scope "node" needs --mode external: Prometheus has no node labels to select a pool and no single node to read'),
+    ({"mode": "prometheus", "tls": True}, "--tls, --tls-secret and --tls-client-cert are for --mode external or external-push"),
+    ({"mode": "prometheus", "pod_regex": "llm-(.*"}, '--pod-regex "llm-(.*" is not a valid regular expression: missing ), unterminated subpattern at position 4'),
+]
+
+
+@pytest.mark.parametrize(("options", "message"), BAD)
+def test_bad_options_are_usage_errors(options: dict[str, Any], message: str) -> None:
+    options = {"target": "deployment/llm", "namespace": "ai", **options}
+    with pytest.raises(UsageError) as e:
+        render_scaledobject(ScaledObjectOptions(**options))
+    assert str(e.value) == message
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_examples_validate(path: Path) -> None:
+    objs = docs(path.read_text())
+    assert objs
+    validate_all(objs)
