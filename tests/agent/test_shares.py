@@ -78,7 +78,7 @@ async def test_two_pods_sharing_a_gpu(start_agent: AgentFactory, kubelet: FakeKu
     gpu_util = {lab["UUID"]: v for lab, v in series(text, "DCGM_FI_DEV_GPU_UTIL") if lab["UUID"] == gpu0}
     assert sum(got.values()) == pytest.approx(gpu_util[gpu0] * (0.25 + 0.5))
     mem = {lab["PodName"]: v for lab, v in series(text, "DCGM_CUSTOM_PROCESS_MEM_USED")}
-    fb_used = [v for lab, v in series(text, "DCGM_FI_DEV_FB_USED") if lab["UUID"] == gpu0][0]
+    fb_used = next(v for lab, v in series(text, "DCGM_FI_DEV_FB_USED") if lab["UUID"] == gpu0)
     assert sum(mem.values()) == pytest.approx(fb_used * 0.75, rel=1e-3)
     alloc = {lab["PodName"]: v for lab, v in series(text, "DCGM_CUSTOM_CONTAINER_MEM_ALLOCATED")}
     assert alloc == {"embed-a": pytest.approx(81559 / 2), "embed-b": pytest.approx(81559 / 2)}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ class Sampler:
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=max_workers, thread_name_prefix="gpu-read"
         )
-        self._stuck: dict[str, concurrent.futures.Future[GpuSample]] = {}
+        self._stuck: dict[str, concurrent.futures.Future[None]] = {}
         self._reopen_after = 0.0
         self._reopen_backoff = 1.0
         self.devices: tuple[DeviceInfo, ...] = ()
@@ -64,11 +65,14 @@ class Sampler:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def sample_round(self) -> RoundResult:
+        """Read every GPU once. All reads of a round run in one worker thread (one thread hand-off per
+        round, not per GPU); if that thread is stuck in one GPU's read past the timeout, that GPU is set
+        aside until its read returns and the GPUs after it are read on another thread."""
         started = self._clock()
         t0 = time.perf_counter()
         samples: dict[str, GpuSample] = {}
         errors: dict[str, DeviceError] = {}
-        pending: dict[asyncio.Future[GpuSample], tuple[DeviceInfo, concurrent.futures.Future[GpuSample]]] = {}
+        todo: list[DeviceInfo] = []
         for dev in self.devices:
             stuck = self._stuck.get(dev.uuid)
             if stuck is not None:
@@ -76,23 +80,24 @@ class Sampler:
                     errors[dev.uuid] = DeviceError(dev.uuid, "timeout", "a previous read has not returned")
                     continue
                 del self._stuck[dev.uuid]
-            cf = self._pool.submit(self.backend.sample, dev)
-            pending[asyncio.wrap_future(cf)] = (dev, cf)
-        if pending:
-            done, not_done = await asyncio.wait(pending, timeout=self._timeout)
-            for fut in done:
-                dev = pending[fut][0]
-                exc = fut.exception()
-                if exc is None:
-                    samples[dev.uuid] = fut.result()
-                elif isinstance(exc, DeviceError):
-                    errors[dev.uuid] = exc
-                else:
-                    errors[dev.uuid] = DeviceError(dev.uuid, "unknown", f"{type(exc).__name__}: {exc}")
-            for fut in not_done:
-                dev, cf = pending[fut]
-                errors[dev.uuid] = DeviceError(dev.uuid, "timeout", f"no answer within {self._timeout:g}s")
-                self._stuck[dev.uuid] = cf
+            todo.append(dev)
+        for _attempt in range(2):
+            if not todo:
+                break
+            job = _RoundJob(self.backend, todo)
+            cf = self._pool.submit(job.run)
+            try:
+                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(cf)), self._timeout)
+            except TimeoutError:
+                pass
+            hung = job.abandon()  # from here on the job records nothing: its results are ours to read
+            samples.update(job.samples)
+            errors.update(job.errors)
+            if hung is None:
+                break
+            errors[hung.uuid] = DeviceError(hung.uuid, "timeout", f"no answer within {self._timeout:g}s")
+            self._stuck[hung.uuid] = cf
+            todo = [d for d in todo if d.uuid not in samples and d.uuid not in errors]
         reopened = False
         if self.devices and errors and not samples and all(e.recoverable_by_reopen for e in errors.values()):
             reopened = await self._maybe_reopen()
@@ -126,3 +131,46 @@ class Sampler:
         except BackendError:
             pass
         self.backend.open()
+
+
+class _RoundJob:
+    """The reads of one round, run in a worker thread. ``current`` is the device being read now."""
+
+    def __init__(self, backend: Backend, devices: list[DeviceInfo]) -> None:
+        self._backend = backend
+        self._devices = devices
+        self._abandoned = False
+        self._lock = threading.Lock()
+        self.current: DeviceInfo | None = None
+        self.samples: dict[str, GpuSample] = {}
+        self.errors: dict[str, DeviceError] = {}
+
+    def abandon(self) -> DeviceInfo | None:
+        """Stop recording (after a finished job, a no-op). Returns the device whose read is still in
+        progress, if the job is stuck in one."""
+        with self._lock:
+            self._abandoned = True
+            return self.current
+
+    def run(self) -> None:
+        for dev in self._devices:
+            with self._lock:
+                if self._abandoned:
+                    return
+                self.current = dev
+            try:
+                sample = self._backend.sample(dev)
+            except DeviceError as e:
+                err: DeviceError | None = e
+            except Exception as e:  # a backend bug must not stop the other GPUs
+                err = DeviceError(dev.uuid, "unknown", f"{type(e).__name__}: {e}")
+            else:
+                err = None
+            with self._lock:
+                if self._abandoned:
+                    return
+                if err is None:
+                    self.samples[dev.uuid] = sample
+                else:
+                    self.errors[dev.uuid] = err
+                self.current = None
