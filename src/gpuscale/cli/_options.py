@@ -14,7 +14,14 @@ from ..backends.mock import FileDemand, MockBackend, MockConfig, find_model
 from ..backends.patterns import PATTERN_SYNTAX, parse_patterns
 from ..errors import UsageError
 
-__all__ = ["add_backend_arguments", "backend_from_args", "env", "mock_config_from_args"]
+__all__ = [
+    "add_backend_arguments",
+    "backend_from_args",
+    "env",
+    "existing_file",
+    "mock_config_from_args",
+    "positive_seconds",
+]
 
 
 def env(name: str, default: str | None = None) -> str | None:
@@ -27,6 +34,23 @@ def _int(text: str | None, flag: str) -> int:
         return int(text or "")
     except ValueError:
         raise UsageError(f'{flag} "{text}" must be an integer') from None
+
+
+def positive_seconds(text: str, flag: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise UsageError(f'{flag} "{text}" must be a number of seconds') from None
+    if not v > 0:
+        raise UsageError(f'{flag} "{text}" must be greater than 0')
+    return v
+
+
+def existing_file(text: str, flag: str) -> Path:
+    path = Path(text)
+    if not path.is_file():
+        raise UsageError(f'{flag} "{text}" is not a readable file')
+    return path
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser) -> None:

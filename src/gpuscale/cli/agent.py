@@ -15,8 +15,8 @@ import grpc.aio
 from ..agent.service import Agent, PodSource
 from ..agent.settings import AgentSettings
 from ..backends.base import Backend
-from ..errors import UsageError
-from ._options import add_backend_arguments, backend_from_args, env
+from ..scaler.discovery import parse_host_port
+from ._options import add_backend_arguments, backend_from_args, env, positive_seconds
 
 __all__ = ["register"]
 
@@ -82,35 +82,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=run)
 
 
-def _positive(text: str, flag: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise UsageError(f'{flag} "{text}" must be a number of seconds') from None
-    if not v > 0:
-        raise UsageError(f'{flag} "{text}" must be greater than 0')
-    return v
-
-
-def _address(text: str, flag: str) -> str:
-    _host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise UsageError(f'{flag} "{text}" must be HOST:PORT, e.g. 0.0.0.0:9400')
-    return text
 
 
 def settings_from_args(args: argparse.Namespace) -> AgentSettings:
+    parse_host_port(args.grpc_address, "--grpc-address")
+    parse_host_port(args.metrics_address, "--metrics-address")
     in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and args.kubeconfig is None
     return AgentSettings(
         node_name=args.node_name,
-        interval=_positive(args.interval, "--interval"),
-        grpc_address=_address(args.grpc_address, "--grpc-address"),
-        metrics_address=_address(args.metrics_address, "--metrics-address"),
+        interval=positive_seconds(args.interval, "--interval"),
+        grpc_address=args.grpc_address,
+        metrics_address=args.metrics_address,
         kubelet_socket=Path(args.kubelet_socket),
         hostname_label=args.hostname_label,
         kubeconfig=args.kubeconfig,
         in_cluster=in_cluster,
-        history_seconds=_positive(args.history, "--history"),
+        history_seconds=positive_seconds(args.history, "--history"),
         proc_root=Path(args.proc_root),
         extra_resource_names=tuple(n.strip() for n in args.extra_resource_names.split(",") if n.strip()),
         serve_external_scaler=args.serve_external_scaler,

@@ -14,7 +14,7 @@ from ..scaler.discovery import parse_host_port
 from ..scaler.errors import ProfileError
 from ..scaler.profiles import ProfileSet, load_profiles
 from ..scaler.server import Scaler, ScalerSettings, TlsFiles
-from ._options import env
+from ._options import env, existing_file, positive_seconds
 
 __all__ = ["register", "settings_from_args"]
 
@@ -78,23 +78,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=run)
 
 
-def _positive(text: str, flag: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise UsageError(f'{flag} "{text}" must be a number of seconds') from None
-    if not v > 0:
-        raise UsageError(f'{flag} "{text}" must be greater than 0')
-    return v
-
-
-def _file(text: str, flag: str) -> Path:
-    path = Path(text)
-    if not path.is_file():
-        raise UsageError(f'{flag} "{text}" is not a readable file')
-    return path
-
-
 def settings_from_args(args: argparse.Namespace) -> ScalerSettings:
     agents = tuple(a.strip() for a in (args.agents or "").split(",") if a.strip())
     if agents and args.agents_dns:
@@ -111,18 +94,20 @@ def settings_from_args(args: argparse.Namespace) -> ScalerSettings:
     if args.tls_cert or args.tls_key or args.tls_client_ca:
         if not (args.tls_cert and args.tls_key):
             raise UsageError("TLS needs both --tls-cert and --tls-key (and optionally --tls-client-ca)")
-        ca = _file(args.tls_client_ca, "--tls-client-ca") if args.tls_client_ca else None
-        tls = TlsFiles(_file(args.tls_cert, "--tls-cert"), _file(args.tls_key, "--tls-key"), ca)
+        ca = existing_file(args.tls_client_ca, "--tls-client-ca") if args.tls_client_ca else None
+        tls = TlsFiles(
+            existing_file(args.tls_cert, "--tls-cert"), existing_file(args.tls_key, "--tls-key"), ca
+        )
     return ScalerSettings(
         agents=agents,
         agents_dns=args.agents_dns or None,
-        dns_interval_s=_positive(args.dns_interval, "--dns-interval"),
+        dns_interval_s=positive_seconds(args.dns_interval, "--dns-interval"),
         grpc_address=args.grpc_address,
         metrics_address=args.metrics_address,
         kubeconfig=args.kubeconfig,
         in_cluster=bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and args.kubeconfig is None,
         tls=tls,
-        history_s=_positive(args.history, "--history"),
+        history_s=positive_seconds(args.history, "--history"),
     )
 
 
