@@ -15,7 +15,7 @@ from ..errors import UsageError
 __all__ = ["main"]
 
 # Sub-commands, in the order ``gpuscale --help`` lists them.
-COMMANDS = ("probe", "agent", "scaler", "query", "simulate", "render")
+COMMANDS = ("probe", "agent", "scaler", "query", "simulate", "render", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -68,6 +68,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("--proc-root", default=env("PROC_ROOT", "/proc"), help=argparse.SUPPRESS)
     p.add_argument(
+        "--attribution-interval",
+        default=env("ATTRIBUTION_INTERVAL", "5"),
+        help="seconds between asks of the kubelet who holds which GPU (default 5; the kubelet allows 100/s)",
+    )
+    p.add_argument(
         "--extra-resource-names",
         default=env("EXTRA_RESOURCE_NAMES", ""),
         help="more device-plugin resource names to attribute, comma-separated (e.g. nvidia.com/gpu.shared)",
@@ -98,6 +103,7 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         kubeconfig=args.kubeconfig,
         in_cluster=in_cluster,
         history_seconds=positive_seconds(args.history, "--history"),
+        attribution_interval=positive_seconds(args.attribution_interval, "--attribution-interval"),
         proc_root=Path(args.proc_root),
         extra_resource_names=tuple(n.strip() for n in args.extra_resource_names.split(",") if n.strip()),
         serve_external_scaler=args.serve_external_scaler,

@@ -1,0 +1,93 @@
+"""``gpuscale demo``: agents, the scaler and a KEDA + HPA controller on this machine, scaling mock GPUs."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from ..demo import PATTERNS, DemoError, DemoSettings, run_demo
+from ..errors import UsageError
+from ..scaler.profiles import BUILTIN_PROFILES
+
+__all__ = ["register"]
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    profiles = sorted(p.name for p in BUILTIN_PROFILES)
+    p = subparsers.add_parser(
+        "demo",
+        help="run the whole loop locally: mock GPUs, agents, the scaler, KEDA + HPA; no GPU or cluster",
+        description="Run the whole loop on this machine: a local Kubernetes API and kubelets, three mock "
+        "GPU nodes with their agents, the cluster scaler, and a controller doing what KEDA and the HPA do. "
+        "A demand pattern loads the GPUs; the replicas follow. Writes timeline.csv and demo.png to --out. "
+        "No GPU, cluster or network needed.",
+    )
+    p.add_argument(
+        "--duration", type=float, default=60.0, help="seconds of demand pattern, after start-up (default 60)"
+    )
+    p.add_argument(
+        "--pattern",
+        default="burst",
+        choices=PATTERNS,
+        help="the demand: burst (low, burst, low; default), ramp (up and down), sine, spike (idle, so the "
+        "workload scales to zero, then a spike)",
+    )
+    p.add_argument(
+        "--profile",
+        default="online-inference",
+        choices=profiles,
+        help="the trigger's profile (default online-inference); the demo sets window: 2 s",
+    )
+    p.add_argument(
+        "--out", default="gpuscale-demo", help="directory for the outputs (default ./gpuscale-demo)"
+    )
+    view = p.add_mutually_exclusive_group()
+    view.add_argument(
+        "--live", action="store_true", default=None, help="the live view (default on a terminal)"
+    )
+    view.add_argument(
+        "--plain", dest="live", action="store_false", help="print a line every 5 s instead of the live view"
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.duration >= 15:
+        raise UsageError(f'--duration "{args.duration:g}" must be at least 15 seconds')
+    live = sys.stdout.isatty() if args.live is None else args.live
+    if live:  # log lines would tear the live view; warnings still show
+        logging.getLogger().setLevel(max(logging.WARNING, logging.getLogger().level))
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    out = Path(args.out)
+    settings = DemoSettings(
+        out_dir=out, duration=args.duration, pattern=args.pattern, profile=args.profile, live=live
+    )
+    print(
+        f"gpuscale demo: {args.duration:g} s of the {args.pattern} pattern on 3 mock nodes with 2 GPUs each "
+        "(start-up takes a few seconds; Ctrl-C stops)",
+        flush=True,
+    )
+    try:
+        result = asyncio.run(run_demo(settings, print_line=lambda s: print(s, flush=True)))
+    except DemoError as e:
+        print(f"gpuscale: error: {e}", file=sys.stderr)
+        return 1
+    rows = result.rows
+    if rows:
+        peak = max(r.desired for r in rows)
+        end = rows[-1].desired
+        unserved = sum(max(0.0, r.demand - r.capacity) for r in rows)
+        total = sum(r.demand for r in rows) or 1.0
+        how = "stopped early" if result.interrupted else "done"
+        print(
+            f"{how}: replicas {rows[0].desired} → peak {peak} → {end}; "
+            f"{100 * unserved / total:.1f}% of the demand unserved"
+        )
+    print(f"timeline: {result.timeline}")
+    if result.plot is not None:
+        print(f"plot:     {result.plot}")
+    print(f"logs:     {result.logs}")
+    return 0

@@ -1,0 +1,599 @@
+"""A local Kubernetes API server: an in-process aiohttp app that answers the few requests gpuscale makes, with
+the real server's wire format. The demo cluster runs on it; the tests use it as their fake API server
+(``tests/fakes/apiserver.py`` re-exports it).
+
+* ``GET /api/v1/pods`` and ``/api/v1/namespaces/{ns}/pods``: lists (``fieldSelector``, ``labelSelector``,
+  ``limit``/``continue``, ``metadata.resourceVersion``) and watches (``watch=true``, ``resourceVersion``,
+  ``allowWatchBookmarks``, ``timeoutSeconds``): chunked JSON lines of ADDED/MODIFIED/DELETED/BOOKMARK events.
+  A watch from a resourceVersion older than the retained history gets a ``410 Gone``: as an ERROR event after
+  ``200 OK`` (what the real server does) or, with ``gone_as_status``, as the HTTP status.
+* ``GET /apis/{group}/{version}/namespaces/{ns}/{plural}/{name}`` and ``.../{name}/scale`` for stored objects
+  (ScaledObjects, Deployments, StatefulSets, custom resources); the Scale's ``status.selector`` is built from
+  ``spec.selector`` the way the API server formats a label selector. ``PATCH`` (merge patch) and ``PUT`` of
+  ``.../scale`` set ``spec.replicas`` and call every ``on_scale`` callback (the demo's deployment controller).
+* Discovery: ``GET /api/v1`` and ``GET /apis/{group}/{version}``.
+* ``Authorization: Bearer <token>`` is checked; errors are ``Status`` objects.
+
+Mutations (``add_pod``, ``modify_pod``, ``delete_pod``) bump the resourceVersion and reach open watches;
+``compact()`` forgets history so older resourceVersions are gone; ``bookmark()`` sends a BOOKMARK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import json
+import re
+import uuid as uuidlib
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+__all__ = ["LocalApiServer", "format_label_selector", "make_pod", "match_labels", "write_kubeconfig"]
+
+Obj = dict[str, Any]
+
+_BUILTIN_RESOURCES: dict[str, list[Obj]] = {
+    "v1": [
+        {
+            "name": "pods",
+            "singularName": "pod",
+            "namespaced": True,
+            "kind": "Pod",
+            "verbs": ["get", "list", "watch"],
+        },
+    ],
+    "apps/v1": [
+        {"name": p, "singularName": p[:-1], "namespaced": True, "kind": k, "verbs": ["get", "list", "watch"]}
+        for p, k in (
+            ("deployments", "Deployment"),
+            ("statefulsets", "StatefulSet"),
+            ("replicasets", "ReplicaSet"),
+        )
+    ]
+    + [
+        {
+            "name": f"{p}/scale",
+            "singularName": "",
+            "namespaced": True,
+            "group": "autoscaling",
+            "version": "v1",
+            "kind": "Scale",
+            "verbs": ["get", "patch", "update"],
+        }
+        for p in ("deployments", "statefulsets", "replicasets")
+    ],
+    "keda.sh/v1alpha1": [
+        {
+            "name": "scaledobjects",
+            "singularName": "scaledobject",
+            "namespaced": True,
+            "kind": "ScaledObject",
+            "verbs": ["get", "list", "watch"],
+        },
+    ],
+}
+
+
+def make_pod(
+    namespace: str,
+    name: str,
+    *,
+    node: str,
+    uid: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    containers: Mapping[str, str | None] | None = None,
+    phase: str = "Running",
+    ready: bool | None = None,
+) -> Obj:
+    """A Pod as the API server returns it. ``containers`` maps names to ``containerID`` (``containerd://…``;
+    ``None``: not started yet, so no id). ``ready`` (default: every container started) sets the containers'
+    ``ready`` and the pod's ``Ready`` condition."""
+    containers = {"main": None} if containers is None else containers
+    statuses = []
+    for cname, cid in containers.items():
+        started = cid is not None and (ready is None or ready)
+        status: Obj = {"name": cname, "ready": started, "restartCount": 0, "image": "busybox"}
+        if cid is not None:
+            status["containerID"] = cid
+            status["state"] = {"running": {"startedAt": "2025-01-01T00:00:00Z"}}
+        else:
+            status["state"] = {"waiting": {"reason": "ContainerCreating"}}
+        statuses.append(status)
+    all_ready = bool(statuses) and all(st["ready"] for st in statuses)
+    return {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid or str(uuidlib.uuid4()),
+            "labels": dict(labels or {}),
+            "creationTimestamp": "2025-01-01T00:00:00Z",
+        },
+        "spec": {"nodeName": node, "containers": [{"name": c, "image": "busybox"} for c in containers]},
+        "status": {
+            "phase": phase,
+            "conditions": [{"type": "Ready", "status": "True" if all_ready else "False"}],
+            "containerStatuses": statuses,
+        },
+    }
+
+
+def _parse_field_selector(text: str) -> list[tuple[str, str, bool]]:
+    out = []
+    for term in filter(None, (t.strip() for t in text.split(","))):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            out.append((key, value, False))
+        else:
+            key, value = re.split(r"==?", term, maxsplit=1)
+            out.append((key, value, True))
+    return out
+
+
+def _field(obj: Obj, path: str) -> str:
+    cur: Any = obj
+    for part in path.split("."):
+        cur = cur.get(part, "") if isinstance(cur, dict) else ""
+    return str(cur)
+
+
+def match_labels(selector: str, labels: Mapping[str, str]) -> bool:
+    """Kubernetes label-selector semantics: ``a=b``, ``a==b``, ``a!=b``, ``a in (x,y)``, ``a notin (x)``,
+    ``a``, ``!a``, comma-separated (commas inside parentheses belong to the set)."""
+    for term in filter(None, (t.strip() for t in re.split(r",(?![^()]*\))", selector))):
+        if m := re.fullmatch(r"([\w./-]+)\s+(in|notin)\s+\(([^)]*)\)", term):
+            key, op, values = m.group(1), m.group(2), {v.strip() for v in m.group(3).split(",")}
+            if (labels.get(key) in values) != (op == "in") or (op == "in" and key not in labels):
+                return False
+        elif term.startswith("!"):
+            if term[1:].strip() in labels:
+                return False
+        elif "!=" in term:
+            key, value = (s.strip() for s in term.split("!=", 1))
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = (s.strip() for s in re.split(r"==?", term, maxsplit=1))
+            if labels.get(key) != value:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+def format_label_selector(selector: Obj) -> str:
+    """``metav1.LabelSelector`` → its string form, requirements sorted by key (as ``selector.String()``)."""
+    reqs: list[tuple[str, str]] = [(k, f"{k}={v}") for k, v in (selector.get("matchLabels") or {}).items()]
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], sorted(expr.get("values") or [])
+        text = {
+            "In": f"{key} in ({','.join(values)})",
+            "NotIn": f"{key} notin ({','.join(values)})",
+            "Exists": key,
+            "DoesNotExist": f"!{key}",
+        }[op]
+        reqs.append((key, text))
+    return ",".join(t for _, t in sorted(reqs))
+
+
+def write_kubeconfig(
+    path: Path, server: str, token: str | None = None, *, namespace: str = "default"
+) -> Path:
+    """A kubeconfig with one cluster/user/context pointing at ``server`` (JSON is valid YAML)."""
+    user: Obj = {"token": token} if token else {}
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "fake", "cluster": {"server": server}}],
+        "users": [{"name": "fake", "user": user}],
+        "contexts": [
+            {"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": namespace}}
+        ],
+        "current-context": "fake",
+    }
+    path.write_text(json.dumps(config, indent=2))
+    return path
+
+
+class _Watch:
+    def __init__(self, request: web.Request, bookmarks: bool) -> None:
+        self.request = request
+        self.bookmarks = bookmarks
+        self.queue: asyncio.Queue[Obj | None] = asyncio.Queue()
+
+
+class LocalApiServer:
+    def __init__(self, *, token: str | None = "fake-token") -> None:
+        self.token = token
+        self.resource_version = 1000
+        self.pods: dict[tuple[str, str], Obj] = {}
+        self.objects: dict[tuple[str, str, str, str], Obj] = {}  # (groupVersion, plural, namespace, name)
+        self.resources: dict[str, list[Obj]] = copy.deepcopy(_BUILTIN_RESOURCES)
+        self.history: list[tuple[int, Obj]] = []  # (resourceVersion, event) for pods
+        self.oldest_resource_version = self.resource_version
+        self.gone_as_status = False
+        self.fail_next: list[int] = []  # HTTP statuses to answer the next requests with
+        self.requests: list[str] = []  # "GET /path?query" of every request
+        self._watches: set[_Watch] = set()
+        # called with (groupVersion, plural, namespace, name, replicas) after a write to ``/scale``
+        self.on_scale: list[Callable[[str, str, str, str, int], None]] = []
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    # ----- lifecycle
+    async def start(self) -> str:
+        app = web.Application(middlewares=[self._middleware])
+        app.router.add_get("/api/v1", self._discovery_core)
+        app.router.add_get("/apis/{group}/{version}", self._discovery_group)
+        app.router.add_get("/api/v1/pods", self._pods)
+        app.router.add_get("/api/v1/namespaces/{namespace}/pods", self._pods)
+        app.router.add_get("/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}", self._get_object)
+        app.router.add_get(
+            "/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}/scale", self._get_scale
+        )
+        for method in ("PATCH", "PUT"):
+            app.router.add_route(
+                method,
+                "/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}/scale",
+                self._set_scale,
+            )
+        self._runner = web.AppRunner(app, handle_signals=False, handler_cancellation=True)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+        return self.url
+
+    async def stop(self) -> None:
+        self.close_watches()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # ----- pods
+    def _bump(self) -> str:
+        self.resource_version += 1
+        return str(self.resource_version)
+
+    def _emit(self, kind: str, obj: Obj) -> None:
+        event = {"type": kind, "object": copy.deepcopy(obj)}
+        self.history.append((int(obj["metadata"]["resourceVersion"]), event))
+        for w in self._watches:
+            w.queue.put_nowait(event)
+
+    def add_pod(self, pod: Obj) -> Obj:
+        key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+        if key in self.pods:
+            raise ValueError(f"pod {key[0]}/{key[1]} exists")
+        pod = copy.deepcopy(pod)
+        pod["metadata"]["resourceVersion"] = self._bump()
+        self.pods[key] = pod
+        self._emit("ADDED", pod)
+        return pod
+
+    def modify_pod(self, namespace: str, name: str, change: Callable[[Obj], None]) -> Obj:
+        pod = copy.deepcopy(self.pods[(namespace, name)])
+        change(pod)
+        pod["metadata"]["resourceVersion"] = self._bump()
+        self.pods[(namespace, name)] = pod
+        self._emit("MODIFIED", pod)
+        return pod
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        pod = self.pods.pop((namespace, name))
+        pod["metadata"]["resourceVersion"] = self._bump()
+        self._emit("DELETED", pod)
+
+    def compact(self) -> None:
+        """Forget the event history (etcd compaction): watches from any older resourceVersion get 410."""
+        self.history.clear()
+        self.oldest_resource_version = self.resource_version
+
+    def bookmark(self) -> None:
+        event = {
+            "type": "BOOKMARK",
+            "object": {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": str(self.resource_version)},
+            },
+        }
+        for w in self._watches:
+            if w.bookmarks:
+                w.queue.put_nowait(event)
+
+    def close_watches(self) -> None:
+        """End every open watch cleanly (what the server does when ``timeoutSeconds`` runs out)."""
+        for w in self._watches:
+            w.queue.put_nowait(None)
+
+    @property
+    def watch_count(self) -> int:
+        return len(self._watches)
+
+    # ----- other objects
+    def put_object(self, group_version: str, plural: str, obj: Obj) -> Obj:
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("uid", str(uuidlib.uuid4()))
+        meta["resourceVersion"] = self._bump()
+        self.objects[(group_version, plural, meta["namespace"], meta["name"])] = obj
+        return obj
+
+    def update_object(
+        self, group_version: str, plural: str, namespace: str, name: str, change: Callable[[Obj], None]
+    ) -> Obj:
+        """Change a stored object in place (``change`` edits it) and bump its resourceVersion."""
+        obj = self.objects[(group_version, plural, namespace, name)]
+        change(obj)
+        obj["metadata"]["resourceVersion"] = self._bump()
+        return obj
+
+    def add_resource(self, group_version: str, plural: str, kind: str, *, scalable: bool = True) -> None:
+        """Register a custom resource for discovery (and its ``/scale`` subresource)."""
+        entries = self.resources.setdefault(group_version, [])
+        entries.append(
+            {
+                "name": plural,
+                "singularName": plural[:-1],
+                "namespaced": True,
+                "kind": kind,
+                "verbs": ["get", "list", "watch"],
+            }
+        )
+        if scalable:
+            entries.append(
+                {
+                    "name": f"{plural}/scale",
+                    "singularName": "",
+                    "namespaced": True,
+                    "kind": "Scale",
+                    "group": "autoscaling",
+                    "version": "v1",
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
+
+    # ----- HTTP
+    @staticmethod
+    def status(code: int, reason: str, message: str, details: Obj | None = None) -> web.Response:
+        body = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": message,
+            "reason": reason,
+            "details": details or {},
+            "code": code,
+        }
+        return web.json_response(body, status=code)
+
+    @web.middleware
+    async def _middleware(
+        self, request: web.Request, handler: Callable[[web.Request], Any]
+    ) -> web.StreamResponse:
+        self.requests.append(f"{request.method} {request.path_qs}")
+        if self.token is not None and request.headers.get("Authorization") != f"Bearer {self.token}":
+            return self.status(401, "Unauthorized", "Unauthorized")
+        if self.fail_next:
+            code = self.fail_next.pop(0)
+            return self.status(
+                code, "InternalError" if code >= 500 else "BadRequest", f"injected failure {code}"
+            )
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    async def _discovery_core(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {"kind": "APIResourceList", "groupVersion": "v1", "resources": self.resources["v1"]}
+        )
+
+    async def _discovery_group(self, request: web.Request) -> web.Response:
+        gv = f"{request.match_info['group']}/{request.match_info['version']}"
+        if gv not in self.resources:
+            return self.status(404, "NotFound", "the server could not find the requested resource")
+        return web.json_response(
+            {
+                "kind": "APIResourceList",
+                "apiVersion": "v1",
+                "groupVersion": gv,
+                "resources": self.resources[gv],
+            }
+        )
+
+    def _selected(self, request: web.Request, pod: Obj) -> bool:
+        ns = request.match_info.get("namespace")
+        if ns is not None and pod["metadata"]["namespace"] != ns:
+            return False
+        for key, value, equal in _parse_field_selector(request.query.get("fieldSelector", "")):
+            if (_field(pod, key) == value) != equal:
+                return False
+        return match_labels(request.query.get("labelSelector", ""), pod["metadata"].get("labels") or {})
+
+    async def _pods(self, request: web.Request) -> web.StreamResponse:
+        if request.query.get("watch") in ("true", "1"):
+            return await self._watch(request)
+        pods = sorted((k, p) for k, p in self.pods.items() if self._selected(request, p))
+        list_rv, start = self.resource_version, 0
+        if cont := request.query.get("continue"):
+            rv_text, start_text = cont.split(":", 1)
+            list_rv, start = int(rv_text), int(start_text)
+            if list_rv < self.oldest_resource_version:
+                return self.status(
+                    410,
+                    "Expired",
+                    "The provided continue parameter is too old to display a "
+                    "consistent list result. You can start a new list without the continue parameter.",
+                )
+        limit = int(request.query.get("limit", "0") or 0)
+        end = start + limit if limit else len(pods)
+        metadata: Obj = {"resourceVersion": str(list_rv)}
+        if end < len(pods):
+            metadata["continue"] = f"{list_rv}:{end}"
+            metadata["remainingItemCount"] = len(pods) - end
+        items = [p for _, p in pods[start:end]]
+        return web.json_response(
+            {"kind": "PodList", "apiVersion": "v1", "metadata": metadata, "items": items}
+        )
+
+    async def _watch(self, request: web.Request) -> web.StreamResponse:
+        rv_text = request.query.get("resourceVersion", "")
+        since = int(rv_text) if rv_text not in ("", "0") else None
+        gone = since is not None and since < self.oldest_resource_version
+        gone_message = f"too old resource version: {since} ({self.oldest_resource_version})"
+        if gone and self.gone_as_status:
+            return self.status(410, "Expired", gone_message)
+        watch = _Watch(request, request.query.get("allowWatchBookmarks") == "true")
+        if gone:
+            watch.queue.put_nowait(
+                {
+                    "type": "ERROR",
+                    "object": {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "metadata": {},
+                        "status": "Failure",
+                        "message": gone_message,
+                        "reason": "Expired",
+                        "code": 410,
+                    },
+                }
+            )
+            watch.queue.put_nowait(None)
+        elif since is None:  # "0" / unset: synthetic ADDED for the current state, then changes
+            for pod in self.pods.values():
+                watch.queue.put_nowait({"type": "ADDED", "object": copy.deepcopy(pod)})
+        else:
+            for rv, event in self.history:
+                if rv > since:
+                    watch.queue.put_nowait(event)
+        self._watches.add(watch)  # no await since the replay: no event can fall between
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.enable_chunked_encoding()
+        timeout = float(request.query.get("timeoutSeconds", "0") or 0) or None
+        try:
+            await response.prepare(request)
+            async with asyncio.timeout(timeout):
+                while (item := await watch.queue.get()) is not None:
+                    if item["type"] in ("ERROR", "BOOKMARK") or self._selected(request, item["object"]):
+                        await response.write(json.dumps(item).encode() + b"\n")
+        except TimeoutError:
+            pass
+        except ConnectionResetError:  # the client went away
+            return response
+        finally:
+            self._watches.discard(watch)
+        with contextlib.suppress(ConnectionResetError):
+            await response.write_eof()
+        return response
+
+    def _lookup(self, request: web.Request) -> tuple[Obj | None, web.Response | None]:
+        m = request.match_info
+        gv = f"{m['group']}/{m['version']}"
+        obj = self.objects.get((gv, m["plural"], m["namespace"], m["name"]))
+        if obj is None:
+            group = m["group"]
+            return None, self.status(
+                404,
+                "NotFound",
+                f'{m["plural"]}.{group} "{m["name"]}" not found',
+                {"name": m["name"], "group": group, "kind": m["plural"]},
+            )
+        return obj, None
+
+    async def _get_object(self, request: web.Request) -> web.Response:
+        obj, error = self._lookup(request)
+        return error or web.json_response(obj)
+
+    async def _get_scale(self, request: web.Request) -> web.Response:
+        obj, error = self._scalable(request)
+        if error is not None or obj is None:
+            return error or self.status(500, "InternalError", "unreachable")
+        return web.json_response(self._scale_of(obj))
+
+    def _scalable(self, request: web.Request) -> tuple[Obj | None, web.Response | None]:
+        m = request.match_info
+        gv = f"{m['group']}/{m['version']}"
+        if not any(r["name"] == f"{m['plural']}/scale" for r in self.resources.get(gv, [])):
+            return None, self.status(404, "NotFound", "the server could not find the requested resource")
+        return self._lookup(request)
+
+    async def _set_scale(self, request: web.Request) -> web.Response:
+        """``PATCH`` (a merge patch) or ``PUT`` of a Scale: only ``spec.replicas`` is read."""
+        obj, error = self._scalable(request)
+        if error is not None or obj is None:
+            return error or self.status(500, "InternalError", "unreachable")
+        try:
+            body = await request.json()
+            replicas = body["spec"]["replicas"]
+        except (ValueError, KeyError, TypeError):
+            return self.status(400, "BadRequest", "the body must be a Scale with spec.replicas")
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            return self.status(
+                422,
+                "Invalid",
+                f"spec.replicas: Invalid value: {replicas!r}: must be greater than or equal to 0",
+            )
+        obj.setdefault("spec", {})["replicas"] = replicas
+        obj["metadata"]["resourceVersion"] = self._bump()
+        m = request.match_info
+        for callback in self.on_scale:
+            callback(f"{m['group']}/{m['version']}", m["plural"], m["namespace"], m["name"], replicas)
+        return web.json_response(self._scale_of(obj))
+
+    def _scale_of(self, obj: Obj) -> Obj:
+        spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        if isinstance(status.get("selector"), str):
+            selector = status["selector"]
+        elif isinstance(spec.get("selector"), dict):
+            selector = format_label_selector(spec["selector"])
+        else:
+            selector = ""
+        scale_status: Obj = {"replicas": status.get("replicas", 0)}
+        if selector:
+            scale_status["selector"] = selector
+        scale: Obj = {
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": {k: obj["metadata"][k] for k in ("name", "namespace", "uid", "resourceVersion")},
+            "spec": {"replicas": spec.get("replicas", 1)},
+            "status": scale_status,
+        }
+        return scale
+
+    # convenience for tests
+    def put_deployment(
+        self, namespace: str, name: str, match_labels: Mapping[str, str], replicas: int = 1
+    ) -> Obj:
+        return self.put_object(
+            "apps/v1",
+            "deployments",
+            {
+                "kind": "Deployment",
+                "apiVersion": "apps/v1",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"replicas": replicas, "selector": {"matchLabels": dict(match_labels)}},
+                "status": {"replicas": replicas},
+            },
+        )
+
+    def put_scaled_object(
+        self, namespace: str, name: str, target: Mapping[str, str], triggers: Iterable[Obj] = ()
+    ) -> Obj:
+        return self.put_object(
+            "keda.sh/v1alpha1",
+            "scaledobjects",
+            {
+                "kind": "ScaledObject",
+                "apiVersion": "keda.sh/v1alpha1",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"scaleTargetRef": dict(target), "triggers": list(triggers)},
+            },
+        )

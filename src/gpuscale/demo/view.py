@@ -1,0 +1,146 @@
+"""The demo's live terminal view (rich), and the compact line it prints instead when not on a terminal."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from .controller import ControllerStatus
+from .output import Row
+
+__all__ = ["GpuLine", "ViewInfo", "plain_line", "render"]
+
+_BLOCKS = "▁▂▃▄▅▆▇█"
+
+
+@dataclass(frozen=True)
+class ViewInfo:
+    pattern: str
+    profile: str
+    duration: float
+    polling_interval: int
+    sync_period: int
+    scale_down_window: int
+    min_replicas: int
+    max_replicas: int
+    capacity_per_replica: float
+    out_dir: str
+
+
+@dataclass(frozen=True)
+class GpuLine:
+    node: str
+    index: int
+    pod: str | None
+    phase: str | None
+    utilization: float
+
+
+def _bar(pct: float, width: int = 20) -> Text:
+    filled = round(width * max(0.0, min(100.0, pct)) / 100)
+    color = "red" if pct >= 90 else "yellow" if pct >= 60 else "green"
+    return Text("█" * filled, style=color) + Text("░" * (width - filled), style="grey35")
+
+
+def sparkline(values: Sequence[float], top: float) -> str:
+    if top <= 0:
+        return _BLOCKS[0] * len(values)
+    return "".join(_BLOCKS[min(7, max(0, int(7 * v / top + 0.5)))] for v in values)
+
+
+def _flag(v: bool | None) -> Text:
+    if v is None:
+        return Text("—", style="grey50")
+    return Text("active", style="bold green") if v else Text("inactive", style="yellow")
+
+
+def render(
+    info: ViewInfo, row: Row, history: Sequence[Row], gpus: Sequence[GpuLine], status: ControllerStatus
+) -> RenderableType:
+    header = Text.assemble(
+        ("gpuscale demo", "bold"),
+        f"  t = {row.t:4.0f} / {info.duration:.0f} s   pattern ",
+        (info.pattern, "bold"),
+        "   phase ",
+        (row.phase, "bold magenta"),
+        f"   profile {info.profile}",
+    )
+    nodes = Table.grid(padding=(0, 2))
+    names = list(dict.fromkeys(g.node for g in gpus))
+    tables = []
+    for name in names:
+        t = Table(title=name, title_justify="left", show_edge=False, box=None, padding=(0, 1))
+        t.add_column("GPU", justify="right")
+        t.add_column("utilization")
+        t.add_column("%", justify="right")
+        t.add_column("pod")
+        for g in (g for g in gpus if g.node == name):
+            pod = Text("free", style="grey50") if g.pod is None else Text(f"{g.pod} ({g.phase})")
+            if g.phase == "Pending":
+                pod.stylize("yellow")
+            elif g.phase == "Loading":
+                pod.stylize("cyan")
+            t.add_row(str(g.index), _bar(g.utilization, 14), f"{g.utilization:3.0f}", pod)
+        tables.append(t)
+    nodes.add_row(*tables)
+
+    value = "—" if math.isnan(row.value) else f"{row.value:.1f}"
+    ratio = (
+        f"  → ceil(value / target) = {math.ceil(row.value / row.target - 1e-9)}"
+        if row.target > 0 and not math.isnan(row.value)
+        else ""
+    )
+    scaler = Table.grid(padding=(0, 2))
+    scaler.add_row(
+        Text(f"scaler: {status.metric_name or '—'}", style="bold"),
+        Text(f"value {value}  target {row.target:g} per replica{ratio}"),
+        Text("IsActive ") + _flag(row.active),
+        Text("StreamIsActive ") + _flag(row.stream_active),
+    )
+    scaler.add_row(
+        Text("replicas", style="bold"),
+        Text(
+            f"desired {row.desired}  pods {row.pods}  Ready {row.ready}   "
+            f"(min {info.min_replicas}, max {info.max_replicas})"
+        ),
+        Text(f"last HPA sync: {status.last_sync or '—'}"),
+        Text(status.last_error[:60], style="red") if status.last_error else Text(""),
+    )
+    last = list(history)[-48:]
+    top = max([r.demand for r in last] + [r.capacity for r in last] + [1.0])
+    spark = Table.grid(padding=(0, 1))
+    spark.add_row(
+        Text("demand  ", style="bold"),
+        Text(sparkline([r.demand for r in last], top)),
+        Text(f"{row.demand:5.1f} req/s"),
+    )
+    spark.add_row(
+        Text("capacity", style="bold"),
+        Text(sparkline([r.capacity for r in last], top), style="cyan"),
+        Text(f"{row.capacity:5.1f} req/s ({info.capacity_per_replica:g} per Ready replica at 100 %)"),
+    )
+    events = Text("\n".join(status.events[-4:]) or "no scaling yet", style="grey70")
+    footer = Text(
+        f"KEDA polls every {info.polling_interval} s and the HPA syncs every {info.sync_period} s "
+        f"(upstream 30 s / 15 s), scale-down window {info.scale_down_window} s (upstream 300 s): shortened "
+        f"so a minute shows something.  Ctrl-C stops.  Output: {info.out_dir}",
+        style="grey50",
+    )
+    return Panel(Group(header, Text(""), nodes, Text(""), scaler, Text(""), spark, Text(""), events, footer))
+
+
+def plain_line(row: Row, gpus: Sequence[GpuLine]) -> str:
+    value = "-" if math.isnan(row.value) else f"{row.value:.0f}"
+    active = {None: "-", True: "active", False: "inactive"}[row.active]
+    utils = " ".join(f"{g.node[-1]}{g.index}:{g.utilization:.0f}" for g in gpus)
+    return (
+        f"t={row.t:4.0f}s {row.phase:<16} demand {row.demand:5.1f} capacity {row.capacity:5.1f} req/s | "
+        f"replicas desired {row.desired} ready {row.ready} | scaler {value} (target {row.target:g}/replica) "
+        f"{active} | util {utils}"
+    )

@@ -1,0 +1,50 @@
+"""``gpuscale demo`` as a user runs it: a real process (with its agents and scaler), its files, its exit code."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_demo_scales_out_under_the_burst_and_back_in(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    run = subprocess.run(
+        [sys.executable, "-m", "gpuscale", "demo", "--duration", "40", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=140,
+        env={**os.environ, "COLUMNS": "160"},
+        cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"timeline: {out / 'timeline.csv'}" in run.stdout
+    assert f"plot:     {out / 'demo.png'}" in run.stdout
+    assert "replicas 1 → " in run.stdout  # not a terminal: compact lines, and every replica change
+
+    with (out / "timeline.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) >= 38
+    assert {f"util_node-{n}_{i}" for n in "abc" for i in (0, 1)} <= set(rows[0])
+    desired = [int(r["replicas_desired"]) for r in rows]
+    phases = [r["phase"] for r in rows]
+    start = desired[0]
+    peak = max(d for d, p in zip(desired, phases, strict=True) if p in ("burst", "after the burst"))
+    assert peak >= start + 2, desired  # scaled out under the burst
+    peak_at = desired.index(peak)
+    assert phases.index("burst") <= peak_at
+    assert min(desired[peak_at:]) < peak, desired  # and back in after it
+    assert desired[-1] < peak, desired
+    ready = [int(r["replicas_ready"]) for r in rows]
+    assert max(ready) >= start + 2  # the new pods became Ready: the loop closed through the mock GPUs
+    assert any(r["scaler_value"] and float(r["scaler_value"]) > 0 for r in rows)
+
+    png = (out / "demo.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
+    assert (out / "logs" / "scaler.log").is_file()
