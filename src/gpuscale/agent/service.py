@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from .._proto import agent_pb2, agent_pb2_grpc
 from ..backends.base import Backend
+from ..backends.errors import BackendError
 from ..kube.errors import KubeError
 from ..kube.podresources import PodResourcesClient
 from ..model import ContainerRef, PodInfo
@@ -92,15 +93,28 @@ class Agent:
         self.grpc_port = 0
         self.metrics_port = 0
         self._last_round_end = 0.0
+        self._open_problem: str | None = None  # why the backend could not be opened yet
         self.extra_services: list[Callable[[grpc.aio.Server], None]] = []
 
     # -- lifecycle -------------------------------------------------------------------------------------
     async def start(self) -> None:
         s = self.settings
-        self.state.set_devices(await self.sampler.open())
-        log.info(
-            "node %s: %d GPUs on backend %s", s.node_name, len(self.state.devices), self.sampler.backend.name
-        )
+        try:
+            self.state.set_devices(await self.sampler.open())
+        except BackendError as e:  # e.g. the driver is not loaded yet: serve (not ready) and keep trying
+            self._open_problem = str(e)
+            log.warning(
+                "GPU backend %s cannot be opened (%s): not ready until it can; retrying",
+                self.sampler.backend.name,
+                e,
+            )
+        else:
+            log.info(
+                "node %s: %d GPUs on backend %s",
+                s.node_name,
+                len(self.state.devices),
+                self.sampler.backend.name,
+            )
         await self._start_grpc()
         await self._start_http()
         self._tasks.append(asyncio.create_task(self._loop("sampling", self._sample_forever)))
@@ -173,6 +187,8 @@ class Agent:
         return None if stalled <= limit else f"the sampling loop has not finished a round for {stalled:.0f}s"
 
     def _ready_problem(self) -> str | None:
+        if self._open_problem is not None:
+            return f"the GPU backend is not open yet: {self._open_problem}"
         return None if self.state.rounds > 0 else "no GPU has been sampled yet"
 
     async def _loop(self, name: str, body: Callable[[], Awaitable[None]]) -> None:
@@ -188,7 +204,25 @@ class Agent:
                 await asyncio.sleep(1.0)
 
     # -- collect → transform -------------------------------------------------------------------------
+    async def _open_backend(self) -> None:
+        """Retry opening the backend (backoff from one interval, doubling to 30 s) until it opens."""
+        backoff = self.settings.interval
+        while self._open_problem is not None:
+            await asyncio.sleep(backoff)
+            backoff = min(30.0, backoff * 2)
+            try:
+                self.state.set_devices(await self.sampler.open())
+            except BackendError as e:
+                self._open_problem = str(e)
+                log.debug("GPU backend %s still cannot be opened: %s", self.sampler.backend.name, e)
+            else:
+                self._open_problem = None
+                log.info(
+                    "GPU backend %s opened: %d GPUs", self.sampler.backend.name, len(self.state.devices)
+                )
+
     async def _sample_forever(self) -> None:
+        await self._open_backend()
         interval = self.settings.interval
         next_at = time.monotonic()
         while True:

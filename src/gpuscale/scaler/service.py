@@ -58,6 +58,9 @@ _NO_PODS = Evaluation(
 )
 _WAIT_CODES = (grpc.StatusCode.UNAVAILABLE,)
 _MAX_SELECTORS = 4096
+# The status message travels percent-encoded in a trailer (up to 3 bytes per byte); gRPC clients drop a call
+# whose trailers pass 8-16 KiB (RESOURCE_EXHAUSTED "received metadata size exceeds hard limit").
+_MAX_DETAILS_BYTES = 2000
 
 
 class SelectorResolver(Protocol):
@@ -229,9 +232,18 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
     async def _abort(method: str, context: _Context, code: grpc.StatusCode, e: Exception) -> None:
         if code is grpc.StatusCode.INTERNAL:
             log.error("%s failed unexpectedly; answering INTERNAL", method, exc_info=e)
-            await context.abort(code, f"internal error in {method}: {type(e).__name__}: {e}")
+            await context.abort(code, _details(f"internal error in {method}: {type(e).__name__}: {e}"))
         log.debug("%s: %s: %s", method, code.name, e)
-        await context.abort(code, str(e))
+        await context.abort(code, _details(str(e)))
+
+
+def _details(text: str) -> str:
+    """``text``, shortened to fit a status trailer."""
+    raw = text.encode()
+    if len(raw) <= _MAX_DETAILS_BYTES:
+        return text
+    kept = raw[: _MAX_DETAILS_BYTES - 50].decode(errors="ignore")
+    return f"{kept} ... ({len(text) - len(kept)} more characters)"
 
 
 class _Retry:

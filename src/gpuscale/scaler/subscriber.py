@@ -129,7 +129,9 @@ class AgentSubscriber:
             try:
                 while True:
                     try:
-                        msg = await asyncio.wait_for(call.read(), timeout)
+                        # not wait_for: on 3.11 it swallows a cancel that races the read's completion
+                        async with asyncio.timeout(timeout):
+                            msg = await call.read()
                     except TimeoutError:
                         raise _Silent(f"no message for {timeout:.1f}s") from None
                     if msg is grpc.aio.EOF:

@@ -1,0 +1,139 @@
+"""Agent stream faults: an agent killed and restarted, partitioned (its stream open but silent), slow.
+
+Three nodes, one GPU each, one workload per node and one spanning two nodes. The scaler must mark exactly the
+affected node stale, answer ``UNAVAILABLE`` only for the workloads whose every GPU is on it (a workload with
+GPUs elsewhere answers from those), and recover without a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import grpc
+import pytest
+
+from gpuscale.scaler.server import Scaler
+
+from .conftest import Cluster, KedaClient, until
+from .proxy import PausableProxy
+
+STALE_AFTER = "0.8"
+
+
+def md(app: str) -> dict[str, str]:
+    """The trigger of workload ``app``; ``wab`` selects by a label the pods of ``wa`` and ``wb`` both carry."""
+    selector = "all=ab" if app == "wab" else f"app={app}"
+    return {"podSelector": selector, "targetValue": "60", "window": "0", "staleAfter": STALE_AFTER}
+
+
+EXPECTED = {"wa": 40.0, "wb": 70.0, "wc": 20.0, "wab": 2 * 55.0}  # wab: avg(40, 70) times 2 pods
+
+
+@dataclass
+class Fleet:
+    cluster: Cluster
+    scaler: Scaler
+    client: KedaClient
+    proxies: dict[str, PausableProxy]
+
+    async def values(self) -> dict[str, float | grpc.StatusCode]:
+        out: dict[str, float | grpc.StatusCode] = {}
+        for app in EXPECTED:
+            try:
+                out[app] = await self.client.value(md(app))
+            except grpc.aio.AioRpcError as e:
+                out[app] = e.code()
+        return out
+
+    def stale(self) -> set[str]:
+        return {n.name for n in self.scaler.state.nodes() if not n.connected}
+
+    def reconnects(self, reason: str) -> float:
+        value = self.scaler.metrics.agent_reconnects.labels(reason)._value.get()
+        return float(value)
+
+
+@pytest.fixture
+async def fleet(cluster: Cluster, keda: Callable[[int], KedaClient]) -> AsyncIterator[Fleet]:
+    for name, load in (("node-a", 40), ("node-b", 70), ("node-c", 20)):
+        await cluster.node(name, f"constant:{load}", gpus=1)
+    cluster.add_pod("default", "wa-0", "node-a", [0], {"app": "wa", "all": "ab"})
+    cluster.add_pod("default", "wb-0", "node-b", [0], {"app": "wb", "all": "ab"})
+    cluster.add_pod("default", "wc-0", "node-c", [0], {"app": "wc"})
+    proxies = {}
+    for name, node in cluster.nodes.items():  # every agent behind a proxy the test can pause
+        proxies[name] = PausableProxy(node.agent.grpc_port)
+        await proxies[name].start()
+    scaler = await cluster.scaler(kube=False, agents=tuple(p.address for p in proxies.values()))
+    f = Fleet(cluster, scaler, keda(scaler.grpc_port), proxies)
+    await until(lambda: _all_ok(f), what="every workload answers")
+    try:
+        yield f
+    finally:
+        for p in proxies.values():
+            await p.stop()
+
+
+async def _all_ok(f: Fleet) -> bool:
+    return await f.values() == EXPECTED
+
+
+async def _wait_stale(f: Fleet) -> None:
+    await asyncio.sleep(float(STALE_AFTER) + 0.1)
+
+
+async def test_agent_killed_then_restarted(fleet: Fleet) -> None:
+    f = fleet
+    await f.cluster.kill("node-a")
+    await until(lambda: f.stale() == {"node-a"}, what="node-a, and only node-a, stale")
+    await _wait_stale(f)
+    assert await f.values() == {
+        "wa": grpc.StatusCode.UNAVAILABLE,  # every GPU of it is on node-a
+        "wb": 70.0,
+        "wc": 20.0,
+        "wab": 70.0,  # answers from its GPU on node-b: avg 70 times 1 pod with a fresh sample
+    }
+    await f.cluster.node("node-a", "constant:40", gpus=1)  # back on the same port
+    await until(lambda: _all_ok(f), what="recovered without a scaler restart")
+    assert f.stale() == set()
+
+
+async def test_partition_stream_open_but_silent(fleet: Fleet) -> None:
+    f = fleet
+    f.proxies["node-b"].pause()  # nothing moves; the TCP connection and the Watch stream stay open
+    await until(lambda: f.stale() == {"node-b"}, timeout=5, what="silence detected")
+    assert f.reconnects("silent") >= 1
+    await _wait_stale(f)
+    assert await f.values() == {"wa": 40.0, "wb": grpc.StatusCode.UNAVAILABLE, "wc": 20.0, "wab": 40.0}
+    f.proxies["node-b"].resume()
+    await until(lambda: _all_ok(f), what="recovered after the partition healed")
+    assert f.stale() == set()
+
+
+async def test_slow_link_within_the_silence_budget_is_not_stale(fleet: Fleet) -> None:
+    f = fleet
+    f.proxies["node-c"].delay = 0.2  # every chunk 0.2 s late; silence limit is 6 intervals (0.6 s)
+    before = f.reconnects("silent")
+    await asyncio.sleep(2.0)
+    assert f.stale() == set()
+    assert f.reconnects("silent") == before
+    assert await f.values() == EXPECTED  # samples ~0.2-0.4 s old: still fresh (staleAfter 0.8 s)
+
+
+async def test_stream_is_active_of_other_workloads_survives_a_dead_node(fleet: Fleet) -> None:
+    f = fleet
+    activity = {**md("wc"), "activationValue": "10"}
+    stream = f.client.stub.StreamIsActive(f.client.ref(activity), timeout=10)
+    assert (await stream.read()).result is True
+    await f.cluster.kill("node-a")
+    await until(lambda: f.stale() == {"node-a"}, what="node-a stale")
+    await _wait_stale(f)
+    read = asyncio.ensure_future(stream.read())
+    await asyncio.sleep(0.3)
+    assert not read.done()  # nothing changed for wc: no message, and the stream is still open
+    assert await f.client.value(md("wc")) == 20.0
+    stream.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await read
