@@ -21,12 +21,12 @@ from prometheus_client import CollectorRegistry
 from .._proto import agent_pb2, agent_pb2_grpc
 from ..backends.base import Backend
 from ..backends.errors import BackendError
+from ..httpserve import make_app, serve_app
 from ..kube.errors import KubeError
 from ..kube.podresources import PodResourcesClient
 from ..model import ContainerRef, PodInfo
 from .attribution import match_assignments
 from .exporter import AgentMetrics, GpuCollector
-from .http import make_app
 from .owners import OwnerResolver
 from .sampler import Sampler
 from .settings import AgentSettings
@@ -169,15 +169,8 @@ class Agent:
 
     async def _start_http(self) -> None:
         app = make_app(self.registry, healthy=self._health_problem, ready=self._ready_problem)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
         host, port = split_address(self.settings.metrics_address)
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        self.metrics_port = sockets[0].getsockname()[1] if sockets else port
-        self._http = runner
+        self._http, self.metrics_port = await serve_app(app, host, port)
 
     def _health_problem(self) -> str | None:
         if self.state.rounds == 0:

@@ -18,8 +18,8 @@ from aiohttp import web
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
 
+from ..httpserve import make_app, serve_app
 from .discovery import Discovery, DnsDiscovery, StaticDiscovery, follow, parse_host_port
 from .metadata import MetadataCache
 from .metrics import ScalerMetrics
@@ -182,33 +182,9 @@ class Scaler:
         self._grpc = server
 
     async def _start_http(self) -> None:
-        registry = self.registry
-
-        async def metrics(request: web.Request) -> web.Response:
-            encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-            return web.Response(body=encoder(registry), headers={"Content-Type": content_type})
-
-        async def healthz(request: web.Request) -> web.Response:
-            return web.Response(text="ok\n")
-
-        async def readyz(request: web.Request) -> web.Response:
-            problem = self.ready_problem()
-            if problem is None:
-                return web.Response(text="ok\n")
-            return web.Response(status=503, text=problem + "\n")
-
-        app = web.Application()
-        app.router.add_get("/metrics", metrics)
-        app.router.add_get("/healthz", healthz)
-        app.router.add_get("/readyz", readyz)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
+        app = make_app(self.registry, healthy=lambda: None, ready=self.ready_problem)
         host, port = _split(self.settings.metrics_address)
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        sockets = getattr(site._server, "sockets", None) or []
-        self.metrics_port = sockets[0].getsockname()[1] if sockets else port
-        self._http = runner
+        self._http, self.metrics_port = await serve_app(app, host, port)
 
     def ready_problem(self) -> str | None:
         """Ready once every discovered agent has sent its state, or ``ready_grace_s`` after start."""

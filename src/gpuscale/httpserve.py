@@ -1,6 +1,5 @@
-"""The agent's HTTP endpoints: ``/metrics`` (Prometheus text or OpenMetrics), ``/healthz``, ``/readyz``.
-
-Served from the event loop with aiohttp; a scrape only formats what is in memory.
+"""The HTTP endpoints of the agent and the scaler: ``/metrics`` (Prometheus text or OpenMetrics, as asked),
+``/healthz``, ``/readyz``. Served from the event loop with aiohttp; a scrape only formats what is in memory.
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-__all__ = ["make_app"]
+__all__ = ["make_app", "serve_app"]
 
 
 def make_app(
@@ -38,3 +37,14 @@ def make_app(
     app.router.add_get("/healthz", probe(healthy))  # type: ignore[arg-type]
     app.router.add_get("/readyz", probe(ready))  # type: ignore[arg-type]
     return app
+
+
+async def serve_app(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Serve ``app`` on ``host:port`` (port 0: a free one). Returns the runner (``cleanup()`` to stop) and
+    the bound port."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    sockets = getattr(site._server, "sockets", None) or []
+    return runner, (sockets[0].getsockname()[1] if sockets else port)
