@@ -93,8 +93,9 @@ def test_empty_inputs_are_programming_errors() -> None:
 def test_smooth(
     points: list[tuple[float, float | None]], window: float, stale_after: float, expected: Any
 ) -> None:
+    oldest_first = sorted(util(*points), key=lambda s: s.timestamp)  # as agents send and the state keeps them
     result = smooth(
-        util(*points), extractor("gpu_utilization"), now=NOW, window=window, stale_after=stale_after
+        oldest_first, extractor("gpu_utilization"), now=NOW, window=window, stale_after=stale_after
     )
     if expected is None:
         assert result is None

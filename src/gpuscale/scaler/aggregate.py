@@ -53,7 +53,7 @@ _GPU_FIELDS: dict[Metric, Callable[[GpuSample], float | int | None]] = {
 
 @dataclass(frozen=True, slots=True)
 class GpuSeries:
-    """Recent samples of one GPU (any order). In workload scope ``pod`` names the workload's pod the GPU is
+    """Recent samples of one GPU, oldest first. In workload scope ``pod`` names the workload's pod the GPU is
     attributed to (``namespace/name``) and ``pids`` its processes on it (``None``: every process)."""
 
     uuid: str
@@ -126,22 +126,32 @@ def _process_sum(procs: Sequence[ProcessSample], metric: Metric) -> float | None
 
 
 def smooth(
-    samples: Iterable[GpuSample], extract: Extract, *, now: float, window: float, stale_after: float
+    samples: Sequence[GpuSample], extract: Extract, *, now: float, window: float, stale_after: float
 ) -> Smoothed | None:
-    """One GPU's value (see the module doc), or ``None`` when no fresh sample reports the metric."""
-    fresh: list[tuple[float, float]] = []
-    for sample in samples:
+    """One GPU's value (see the module doc), or ``None`` when no fresh sample reports the metric.
+
+    ``samples`` are oldest first (as the agents send them and the state keeps them): the walk goes from the
+    newest back and stops at the first sample too old to count, so its cost is the window's samples, not
+    the whole history."""
+    recent: list[float] = []
+    newest_age: float | None = None
+    for sample in reversed(samples):
         age = max(0.0, now - sample.timestamp)
-        if age <= stale_after:
-            value = extract(sample)
-            if value is not None and math.isfinite(value):
-                fresh.append((age, value))
-    if not fresh:
+        if age > stale_after:
+            break
+        if age > window and recent:
+            break
+        value = extract(sample)
+        if value is None or not math.isfinite(value):
+            continue
+        if newest_age is None:
+            newest_age = age
+        if age <= window:
+            recent.append(value)
+        else:  # nothing within the window: the newest fresh sample stands alone
+            return Smoothed(value, 1, age)
+    if newest_age is None:
         return None
-    newest_age = min(age for age, _ in fresh)
-    recent = [value for age, value in fresh if age <= window]
-    if not recent:
-        recent = [value for age, value in fresh if age == newest_age]
     return Smoothed(math.fsum(recent) / len(recent), len(recent), newest_age)
 
 
