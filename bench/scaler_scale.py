@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""Scaler at scale: GetMetrics latency and throughput of a real `gpuscale scaler` holding 1,000 nodes x 8 GPUs
+and answering 500 ScaledObjects, against a Prometheus instant query computing the same aggregate over the
+same 8,000 series, in the same run.
+
+Setup (all on loopback, one machine):
+* simulated agents (`_common.py fleet`, one process): one gRPC server with one port per node; every Watch
+  stream is one node sending a SNAPSHOT, then an UPDATE with a fresh sample of its 8 GPUs every second
+  (1,000 updates/s in all, staggered) - the scaler does exactly the work it does with real agents. We stream
+  rather than feed `ClusterState.apply` directly because the update load competes with the queries on the
+  scaler's event loop; leaving it out would flatter the latency;
+* the scaler: `python -m gpuscale scaler --agents <1,000 addresses>`, pinned with `taskset -c 0,1`;
+* 500 workloads (4 pods x 2 GPUs on 4 nodes each) and 500 ScaledObjects with distinct trigger metadata
+  (`podSelector: app=wN`, workload scope, avg of gpu_utilization, default window 10 s);
+* the peer: Prometheus (Debian's package) scraping the same 8,000 GPUs as dcgm-exporter series every 15 s
+  from the fleet's /metrics, asked `avg(DCGM_FI_DEV_GPU_UTIL{namespace="ns-N", pod=~"wN-.*"})` over HTTP.
+Latency: one call at a time from this process (grpc sync client; HTTP keep-alive client for Prometheus);
+also `grpc.health.v1.Health/Check` on the same server, the floor of the gRPC stack with no work behind it.
+Throughput: two load processes with 32 calls in flight each for --seconds; the scaler's CPU time is read
+from /proc, so the result also gives the scaler's CPU cost per call.
+Also the small case: one node with 8 GPUs, one workload holding all 8. Measured after --warm seconds of
+streaming, when every GPU's 120 s sample history is full (a call's cost grows with it until then).
+
+Goals (issue 7): p99 < 2 ms at scale (< 1 ms for the 8-GPU case), > 5,000 calls/s, >= 10x faster than the
+query. Writes bench/results/scaler-scale.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import subprocess
+import sys
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import _common as c
+
+
+def grpc_latency(port: int, workloads: list[int], calls: int, warmup: int = 300) -> tuple[list[float], int]:
+    import grpc
+
+    from gpuscale._proto import externalscaler_pb2 as pb
+    from gpuscale._proto import externalscaler_pb2_grpc as pb_grpc
+
+    requests = []
+    for w in workloads:
+        name, ns, md = c.scaled_object(w)
+        ref = pb.ScaledObjectRef(name=name, namespace=ns, scalerMetadata=md)
+        requests.append(pb.GetMetricsRequest(scaledObjectRef=ref, metricName="gpuscale-gpu-utilization-avg"))
+    times: list[float] = []
+    errors = 0
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        stub = pb_grpc.ExternalScalerStub(ch)
+        for i in range(warmup + calls):
+            req = requests[i % len(requests)]
+            t0 = time.perf_counter()
+            try:
+                stub.GetMetrics(req, timeout=5)
+            except grpc.RpcError:
+                errors += 1
+            dt = time.perf_counter() - t0
+            if i >= warmup:
+                times.append(dt)
+    return times, errors
+
+
+def health_latency(port: int, calls: int, warmup: int = 300) -> list[float]:
+    """The floor: ``grpc.health.v1.Health/Check`` on the same server (same gRPC stack, no work)."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    times: list[float] = []
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        request = health_pb2.HealthCheckRequest(service="")
+        for i in range(warmup + calls):
+            t0 = time.perf_counter()
+            stub.Check(request, timeout=5)
+            if i >= warmup:
+                times.append(time.perf_counter() - t0)
+    return times
+
+
+def check_values(port: int, layout: c.Layout, workloads: list[int]) -> float:
+    """Every ScaledObject answers, with avg x pods; returns the largest deviation from the truth."""
+    import grpc
+
+    from gpuscale._proto import externalscaler_pb2 as pb
+    from gpuscale._proto import externalscaler_pb2_grpc as pb_grpc
+
+    worst = 0.0
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        stub = pb_grpc.ExternalScalerStub(ch)
+        for w in workloads:
+            name, ns, md = c.scaled_object(w)
+            ref = pb.ScaledObjectRef(name=name, namespace=ns, scalerMetadata=md)
+            got = stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=ref), timeout=10)
+            value = got.metricValues[0].metricValueFloat
+            worst = max(worst, abs(value - c.workload_avg(layout, w) * layout.pods_per_workload))
+    return worst
+
+
+def prometheus_latency(
+    prom: c.PrometheusServer, workloads: list[int], calls: int
+) -> tuple[list[float], float]:
+    conn = http.client.HTTPConnection("127.0.0.1", prom.port, timeout=10)
+    times: list[float] = []
+    first = json.loads(_get(conn, c.prometheus_query(workloads[0])))["data"]["result"]
+    value = float(first[0]["value"][1])
+    for i in range(50 + calls):
+        q = c.prometheus_query(workloads[i % len(workloads)])
+        t0 = time.perf_counter()
+        body = _get(conn, q)
+        dt = time.perf_counter() - t0
+        assert '"status":"success"' in body, body[:200]
+        if i >= 50:
+            times.append(dt)
+    conn.close()
+    return times, value
+
+
+def _get(conn: http.client.HTTPConnection, promql: str) -> str:
+    conn.request("GET", "/api/v1/query?" + urllib.parse.urlencode({"query": promql}))
+    r = conn.getresponse()
+    return r.read().decode()
+
+
+def throughput(port: int, seconds: float, workloads: int, scaler_pid: int) -> dict[str, Any]:
+    cmd = [sys.executable, str(Path(c.__file__).resolve()), "load", "--port", str(port),
+           "--seconds", str(seconds), "--concurrency", "32", "--workloads", str(workloads)]
+    cpu0, t0 = c.cpu_seconds(scaler_pid), time.monotonic()
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [json.loads(p.communicate()[0]) for p in procs]
+    cpu1, t1 = c.cpu_seconds(scaler_pid), time.monotonic()
+    calls = sum(o["calls"] for o in outs)
+    wall = max(o["seconds"] for o in outs)
+    cpu = cpu1 - cpu0
+    return {
+        "clients": 2,
+        "in_flight": 64,
+        "seconds": round(wall, 2),
+        "calls": calls,
+        "errors": sum(o["errors"] for o in outs),
+        "calls_per_s": round(calls / wall, 1),
+        "scaler_cpu_cores": round(cpu / (t1 - t0), 3),
+        "scaler_cpu_us_per_call": round(cpu / calls * 1e6, 1),
+        "scaler_capacity_calls_per_core_s": round(calls / cpu, 1),
+    }
+
+
+def single(args: argparse.Namespace) -> dict[str, Any]:
+    layout = c.Layout(nodes=1, workloads=1)  # one node, one workload: 4 pods x 2 GPUs = the 8 GPUs
+    with c.fleet(layout) as f, c.scaler([f"127.0.0.1:{p}" for p in f["ports"]]) as s:
+        time.sleep(args.warm)
+        deviation = check_values(s["grpc_port"], layout, [0])
+        times, errors = grpc_latency(s["grpc_port"], [0], args.calls)
+        floor = health_latency(s["grpc_port"], args.calls)
+    return {"nodes": 1, "gpus": 8, "scaled_objects": 1, "value_error": deviation, "errors": errors,
+            "getmetrics_ms": c.summary_ms(times), "health_check_ms": c.summary_ms(floor)}
+
+
+def scale(args: argparse.Namespace) -> dict[str, Any]:
+    layout = c.Layout(nodes=args.nodes, workloads=args.workloads)
+    workloads = list(range(args.workloads))
+    out: dict[str, Any] = {"nodes": args.nodes, "gpus": args.nodes * c.GPUS_PER_NODE,
+                           "scaled_objects": args.workloads, "gpus_per_workload": 8}
+    with c.fleet(layout) as f:
+        agents = [f"127.0.0.1:{p}" for p in f["ports"]]
+        target = f"127.0.0.1:{f['metrics_port']}"
+        with c.scaler(agents) as s, c.prometheus({"dcgm": (target, args.scrape)}) as prom:
+            pid = s["proc"].pid
+            out["scaler_connect_s"] = s["connect_s"]
+            time.sleep(3)
+            cpu0, t0 = c.cpu_seconds(pid), time.monotonic()
+            time.sleep(max(5.0, args.warm - 3))  # steady state: every GPU's sample history full
+            idle = (c.cpu_seconds(pid) - cpu0) / (time.monotonic() - t0)
+            out["scaler_idle_cpu_cores"] = round(idle, 3)  # applying 1,000 updates/s, no queries
+            out["warm_s"] = args.warm
+            out["value_error"] = check_values(s["grpc_port"], layout, workloads)
+            out["scaler_rss_mib"] = round(c.rss_mib(pid), 1)
+            times, errors = grpc_latency(s["grpc_port"], workloads, args.calls)
+            out["getmetrics_ms"] = c.summary_ms(times)
+            out["getmetrics_errors"] = errors
+            out["health_check_ms"] = c.summary_ms(health_latency(s["grpc_port"], args.calls))
+            out["throughput"] = throughput(s["grpc_port"], args.seconds, args.workloads, pid)
+            out["scaler_peak_rss_mib"] = round(c.rss_mib(pid, "VmHWM"), 1)
+            deadline = time.monotonic() + 60
+            while not prom.query(c.prometheus_query(0)):
+                assert time.monotonic() < deadline, "Prometheus has no data"
+                time.sleep(0.5)
+            ptimes, pvalue = prometheus_latency(prom, workloads, args.prom_calls)
+            out["prometheus"] = {
+                "version": c.version_of_prometheus(),
+                "scrape_interval": args.scrape,
+                "series": args.nodes * c.GPUS_PER_NODE,
+                "query_example": c.prometheus_query(17),
+                "value_error": abs(pvalue - c.workload_avg(layout, 0)),
+                "query_ms": c.summary_ms(ptimes),
+            }
+    g, p = out["getmetrics_ms"], out["prometheus"]["query_ms"]
+    out["ratio_prometheus_over_gpuscale"] = {"p50": round(p["p50"] / g["p50"], 1),
+                                             "p99": round(p["p99"] / g["p99"], 1)}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--workloads", type=int, default=500)
+    ap.add_argument("--calls", type=int, default=5000, help="sequential GetMetrics calls measured")
+    ap.add_argument("--prom-calls", type=int, default=1000, help="sequential Prometheus queries measured")
+    ap.add_argument("--seconds", type=float, default=10.0, help="throughput phase")
+    ap.add_argument("--scrape", default="15s")
+    ap.add_argument("--warm", type=float, default=125.0,
+                    help="seconds of streaming before measuring: the scaler keeps 120 s of samples per GPU")
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    c.exit_on_sigterm()
+    result: dict[str, Any] = {
+        "benchmark": "scaler-scale",
+        "machine": c.machine(),
+        "setup": "scaler subprocess (taskset -c 0,1) fed by simulated agents over real Watch streams; "
+                 "client, fleet and Prometheus share the same 2 cores",
+        "single_workload": single(args),
+        "scale": scale(args),
+        "goals": {"p99_ms_at_scale": "< 2", "p99_ms_8_gpus": "< 1", "calls_per_s": "> 5000",
+                  "ratio_vs_prometheus": ">= 10"},
+    }
+    s = result["scale"]
+    result["met"] = {
+        "p99_ms_at_scale": s["getmetrics_ms"]["p99"] < 2,
+        "p99_ms_8_gpus": result["single_workload"]["getmetrics_ms"]["p99"] < 1,
+        "calls_per_s": s["throughput"]["calls_per_s"] > 5000,
+        "ratio_vs_prometheus": s["ratio_prometheus_over_gpuscale"]["p50"] >= 10,
+    }
+    c.write_result("scaler-scale.json", result, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
