@@ -87,7 +87,8 @@ class Sampler:
             job = _RoundJob(self.backend, todo)
             cf = self._pool.submit(job.run)
             try:
-                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(cf)), self._timeout)
+                async with asyncio.timeout(self._timeout):  # not wait_for: see NodeState.wait_changed
+                    await asyncio.shield(asyncio.wrap_future(cf))
             except TimeoutError:
                 pass
             hung = job.abandon()  # from here on the job records nothing: its results are ours to read

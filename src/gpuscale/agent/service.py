@@ -24,6 +24,7 @@ from ..backends.errors import BackendError
 from ..httpserve import make_app, serve_app
 from ..kube.errors import KubeError
 from ..kube.podresources import PodResourcesClient
+from ..lifecycle import cancel_tasks, within
 from ..model import ContainerRef, PodInfo
 from .attribution import match_assignments
 from .exporter import AgentMetrics, GpuCollector
@@ -123,18 +124,15 @@ class Agent:
             self._tasks.append(asyncio.create_task(self._loop("pod watch", self.pods.run)))
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        """Stop everything; each step bounded (``gpuscale.lifecycle``), so a stop never hangs."""
+        await cancel_tasks(self._tasks)
         self._tasks.clear()
         if self._grpc is not None:
-            await self._grpc.stop(grace=0.5)
+            await within(self._grpc.stop(grace=0.5), 3.0, "the agent's gRPC server")
         if self._http is not None:
-            await self._http.cleanup()
+            await within(self._http.cleanup(), 3.0, "the agent's HTTP server")
         if self._kubelet is not None:
-            await self._kubelet.close()
+            await within(self._kubelet.close(), 3.0, "the kubelet channel")
         self.sampler.close()
 
     async def _start_grpc(self) -> None:

@@ -122,11 +122,13 @@ class NodeState:
 
     async def wait_changed(self, seen_version: int, timeout: float) -> bool:
         """Wait until ``version`` passes ``seen_version`` (True) or ``timeout`` seconds pass (False)."""
-        async with self._changed:
-            try:
-                await asyncio.wait_for(self._changed.wait_for(lambda: self.version > seen_version), timeout)
-            except TimeoutError:
-                return False
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation that races the
+        # wake-up, and a Watch handler that misses its cancel keeps the gRPC server from stopping.
+        try:
+            async with asyncio.timeout(timeout), self._changed:
+                await self._changed.wait_for(lambda: self.version > seen_version)
+        except TimeoutError:
+            return False
         return True
 
     def samples_since(self, uuid: str, after: float) -> list[GpuSample]:

@@ -4,7 +4,6 @@ reflection) on gRPC, and ``/metrics``, ``/healthz``, ``/readyz`` over HTTP."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
 from ..httpserve import make_app, serve_app
+from ..lifecycle import cancel_tasks, within
 from .discovery import Discovery, DnsDiscovery, StaticDiscovery, follow, parse_host_port
 from .metadata import MetadataCache
 from .metrics import ScalerMetrics
@@ -150,19 +150,16 @@ class Scaler:
         self._discovered = True
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        """Stop everything; each step bounded (``gpuscale.lifecycle``), so a stop never hangs."""
+        await cancel_tasks(self._tasks)
         self._tasks.clear()
-        await self.pool.close()
+        await within(self.pool.close(), 5.0, "the agent streams")
         if self._grpc is not None:
-            await self._grpc.stop(grace=0.5)
+            await within(self._grpc.stop(grace=0.5), 3.0, "the scaler's gRPC server")
         if self._http is not None:
-            await self._http.cleanup()
+            await within(self._http.cleanup(), 3.0, "the scaler's HTTP server")
         if self._own_api and self._api is not None:
-            await self._api.close()
+            await within(self._api.close(), 3.0, "the Kubernetes API client")
 
     async def _start_grpc(self, service: ExternalScalerService) -> None:
         server = grpc.aio.server()

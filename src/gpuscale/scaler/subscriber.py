@@ -10,7 +10,6 @@ stay disconnected for ``forget_after_s``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from collections.abc import Iterable
@@ -20,6 +19,7 @@ import grpc
 import grpc.aio
 
 from .._proto import agent_pb2, agent_pb2_grpc
+from ..lifecycle import cancel_tasks
 from .metrics import ScalerMetrics
 from .state import ClusterState
 
@@ -203,8 +203,4 @@ class AgentPool:
     async def close(self) -> None:
         tasks = [task for _, task in self._subs.values()]
         self._subs.clear()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_tasks(tasks)
