@@ -66,6 +66,8 @@ class NodeState:
         for uuid in set(self.history) - known:
             del self.history[uuid]
             self.errors.pop(uuid, None)
+        # Publish at once: a Watch client that connects before the first round sees the GPUs (without samples).
+        self._publish(self.snapshot.taken_at)
 
     def record_round(
         self,
