@@ -53,7 +53,7 @@ def timed_get(url: str) -> float:
 
 def pct(values: list[float], q: float) -> float:
     v = sorted(values)
-    return v[min(len(v) - 1, int(round(q / 100 * (len(v) - 1))))]
+    return v[min(len(v) - 1, round(q / 100 * (len(v) - 1)))]
 
 
 def raw_sample_cost(gpus: int, rounds: int = 2000) -> float:
@@ -76,13 +76,35 @@ def main() -> int:
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--requests", type=int, default=300)
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "agent-cost-mock.json"))
+    ap.add_argument(
+        "--out", default=str(Path(__file__).resolve().parent / "results" / "agent-cost-mock.json")
+    )
     args = ap.parse_args()
     mport, gport = free_port(), free_port()
-    cmd = [sys.executable, "-m", "gpuscale", "--log-level", "warning", "agent", "--backend", "mock",
-           "--mock-gpus", str(args.gpus), "--mock-pattern", "sine:10:90:60", "--interval", "1",
-           "--node-name", "bench", "--metrics-address", f"127.0.0.1:{mport}", "--grpc-address", f"127.0.0.1:{gport}",
-           "--kubelet-socket", "/nonexistent/kubelet.sock"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gpuscale",
+        "--log-level",
+        "warning",
+        "agent",
+        "--backend",
+        "mock",
+        "--mock-gpus",
+        str(args.gpus),
+        "--mock-pattern",
+        "sine:10:90:60",
+        "--interval",
+        "1",
+        "--node-name",
+        "bench",
+        "--metrics-address",
+        f"127.0.0.1:{mport}",
+        "--grpc-address",
+        f"127.0.0.1:{gport}",
+        "--kubelet-socket",
+        "/nonexistent/kubelet.sock",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{mport}"
     try:
@@ -110,13 +132,23 @@ def main() -> int:
             "backend": "mock",
             "gpus": args.gpus,
             "interval_s": 1.0,
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+            "machine": {
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "platform": platform.platform(),
+            },
             "cpu_share_of_one_core": round(idle_cpu, 5),
             "rss_mib": round(rss_kib(proc.pid, "VmRSS") / 1024, 1),
             "peak_rss_mib": round(rss_kib(proc.pid, "VmHWM") / 1024, 1),
             "metrics_bytes": len(body),
-            "metrics_ms": {"p50": round(statistics.median(metrics) * 1e3, 3), "p99": round(pct(metrics, 99) * 1e3, 3)},
-            "healthz_ms": {"p50": round(statistics.median(health) * 1e3, 3), "p99": round(pct(health, 99) * 1e3, 3)},
+            "metrics_ms": {
+                "p50": round(statistics.median(metrics) * 1e3, 3),
+                "p99": round(pct(metrics, 99) * 1e3, 3),
+            },
+            "healthz_ms": {
+                "p50": round(statistics.median(health) * 1e3, 3),
+                "p99": round(pct(health, 99) * 1e3, 3),
+            },
             "metrics_over_healthz_p50": round(statistics.median(metrics) / statistics.median(health), 2),
             "raw_mock_sample_us": round(raw_sample_cost(args.gpus) * 1e6, 2),
             "goals": {"cpu_share_of_one_core": "< 0.01", "rss_mib": "< 60", "metrics_ms": "< 5"},
