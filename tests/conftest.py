@@ -8,10 +8,16 @@ cycling that for every test makes the shutdown hang now and then. Keeping it up 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import grpc.aio
+import pytest
 import pytest_asyncio
+
+from tests.fakes.kubelet import FakeKubelet
 
 
 @pytest_asyncio.fixture(scope="session", autouse=True, loop_scope="session")
@@ -19,3 +25,27 @@ async def _grpc_aio_kept_alive() -> AsyncIterator[None]:
     channel = grpc.aio.insecure_channel("127.0.0.1:9")  # never used for a call
     yield
     await channel.close()
+
+
+@pytest.fixture
+def socket_dir(tmp_path: Path) -> Iterator[Path]:
+    """A directory for unix sockets: tmp_path, unless its path is too long for ``sun_path`` (108 bytes)."""
+    if len(str(tmp_path)) < 80:
+        yield tmp_path
+        return
+    short = Path(tempfile.mkdtemp(prefix="gpuscale-"))
+    try:
+        yield short
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+
+
+@pytest.fixture
+async def kubelet(socket_dir: Path) -> AsyncIterator[FakeKubelet]:
+    """A stand-in kubelet serving the PodResources API on ``socket_dir/kubelet.sock``."""
+    fake = FakeKubelet(socket_dir / "kubelet.sock")
+    await fake.start()
+    try:
+        yield fake
+    finally:
+        await fake.stop()

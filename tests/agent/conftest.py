@@ -1,8 +1,6 @@
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -14,31 +12,6 @@ from gpuscale.agent.settings import AgentSettings
 from gpuscale.backends.base import Backend
 from gpuscale.backends.mock import MockBackend, MockConfig
 from gpuscale.backends.patterns import parse_patterns
-from tests.fakes.kubelet import FakeKubelet
-
-
-@pytest.fixture
-def socket_dir(tmp_path: Path) -> Iterator[Path]:
-    """A directory for unix sockets short enough for ``sun_path`` (108 bytes)."""
-    if len(str(tmp_path)) < 80:
-        yield tmp_path
-        return
-    short = Path(tempfile.mkdtemp(prefix="gpuscale-"))
-    try:
-        yield short
-    finally:
-        shutil.rmtree(short, ignore_errors=True)
-
-
-@pytest.fixture
-async def kubelet(socket_dir: Path) -> AsyncIterator[FakeKubelet]:
-    fake = FakeKubelet(socket_dir / "kubelet.sock")
-    await fake.start()
-    try:
-        yield fake
-    finally:
-        await fake.stop()
-
 
 AgentFactory = Callable[..., Any]
 

@@ -4,9 +4,7 @@ ServiceMonitor without honorLabels does."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import tempfile
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -21,32 +19,7 @@ from gpuscale.agent.service import Agent
 from gpuscale.agent.settings import AgentSettings
 from gpuscale.backends.mock import MockBackend, MockConfig
 from gpuscale.backends.patterns import parse_patterns
-from tests.fakes.kubelet import FakeKubelet
 from tests.fakes.prometheus import PrometheusServer, free_port, prometheus_binary
-
-
-@pytest.fixture
-def socket_dir(tmp_path: Path) -> Iterator[Path]:
-    """A directory for unix sockets short enough for ``sun_path`` (108 bytes)."""
-    if len(str(tmp_path)) < 80:
-        yield tmp_path
-        return
-    short = Path(tempfile.mkdtemp(prefix="gpuscale-"))
-    try:
-        yield short
-    finally:
-        shutil.rmtree(short, ignore_errors=True)
-
-
-@pytest.fixture
-async def kubelet(socket_dir: Path) -> AsyncIterator[FakeKubelet]:
-    fake = FakeKubelet(socket_dir / "kubelet.sock")
-    await fake.start()
-    try:
-        yield fake
-    finally:
-        await fake.stop()
-
 
 AgentFactory = Callable[..., Any]
 

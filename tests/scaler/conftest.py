@@ -4,9 +4,7 @@ the FakeApiServer), a real scaler following them, and an async client that calls
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -29,19 +27,6 @@ from tests.fakes.apiserver import FakeApiServer, make_pod, write_kubeconfig
 from tests.fakes.kubelet import FakeKubelet, pod_resources
 
 TOKEN = "s3cret"
-
-
-@pytest.fixture
-def socket_dir(tmp_path: Path) -> Iterator[Path]:
-    """A directory for unix sockets short enough for ``sun_path`` (108 bytes)."""
-    if len(str(tmp_path)) < 80:
-        yield tmp_path
-        return
-    short = Path(tempfile.mkdtemp(prefix="gpuscale-"))
-    try:
-        yield short
-    finally:
-        shutil.rmtree(short, ignore_errors=True)
 
 
 async def until(predicate: Callable[[], Awaitable[bool] | bool], timeout: float = 8.0, what: str = "") -> None:
