@@ -66,7 +66,7 @@ class NodeState:
         for uuid in set(self.history) - known:
             del self.history[uuid]
             self.errors.pop(uuid, None)
-        # Publish at once: a Watch client that connects before the first round sees the GPUs (without samples).
+        # Publish at once: a Watch client connecting before the first round sees the GPUs (no samples yet).
         self._publish(self.snapshot.taken_at)
 
     def record_round(
