@@ -9,6 +9,5 @@ from tests.scaler.conftest import (  # noqa: F401  (fixtures, re-exported for th
     apiserver,
     cluster,
     keda,
-    socket_dir,
     until,
 )
