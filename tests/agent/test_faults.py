@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
+from tests.conftest import AgentFactory
 from tests.fakes.kubelet import FakeKubelet, pod_resources
 
-from .conftest import AgentFactory
 from .faults import FlakyBackend
 from .test_metrics import eventually, scrape, series
 

@@ -13,9 +13,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuscale.agent.service import Agent
+from tests.conftest import AgentFactory
 from tests.fakes.kubelet import FakeKubelet, pod_resources
-
-from .conftest import AgentFactory
 
 
 async def scrape(agent: Agent, path: str = "/metrics") -> tuple[int, str]:

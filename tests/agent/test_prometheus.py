@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import AgentFactory
 from tests.fakes.kubelet import FakeKubelet, pod_resources
 from tests.fakes.prometheus import prometheus_binary, run_prometheus
-
-from .conftest import AgentFactory
 
 pytestmark = [
     pytest.mark.prometheus,

@@ -14,10 +14,10 @@ import pytest
 from gpuscale.backends.mock import MockBackend, MockConfig, MockProcess
 from gpuscale.backends.patterns import parse_patterns
 from gpuscale.kube.pods import NodePodWatcher, api_client_from
+from tests.conftest import AgentFactory
 from tests.fakes.apiserver import FakeApiServer, make_pod, write_kubeconfig
 from tests.fakes.kubelet import FakeKubelet, pod_resources
 
-from .conftest import AgentFactory
 from .test_metrics import eventually, scrape, series
 
 NODE = "node-a"

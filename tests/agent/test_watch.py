@@ -10,9 +10,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gpuscale._proto import agent_pb2, agent_pb2_grpc
 from gpuscale.agent.service import Agent
+from tests.conftest import AgentFactory
 from tests.fakes.kubelet import FakeKubelet, pod_resources
-
-from .conftest import AgentFactory
 
 
 async def watch(agent: Agent | int, n: int, **req: object) -> list[agent_pb2.NodeUpdate]:

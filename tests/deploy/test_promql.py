@@ -13,10 +13,11 @@ import pytest
 import yaml
 
 from gpuscale.render import HpaOptions, ScaledObjectOptions, hpa_documents, scaledobject_documents
+from tests.conftest import AgentFactory
 from tests.fakes.kubelet import FakeKubelet, pod_resources
 from tests.fakes.prometheus import PrometheusServer, prometheus_binary, run_prometheus
 
-from .conftest import AgentFactory, prometheus_with_target_labels
+from .conftest import prometheus_with_target_labels
 from .helpers import ROOT, expand_rule
 
 DASHBOARD = ROOT / "deploy" / "grafana" / "gpuscale.json"

@@ -9,7 +9,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -62,11 +62,15 @@ class PrometheusServer:
 
 @contextmanager
 def run_prometheus(tmp: Path, targets: Sequence[str], *, scrape_interval: str = "1s",
-                   honor_labels: bool = True) -> Iterator[PrometheusServer]:
+                   honor_labels: bool = True, target_labels: Mapping[str, str] | None = None,
+                   name: str = "prometheus") -> Iterator[PrometheusServer]:
+    """Prometheus scraping ``targets``. ``target_labels``: labels Prometheus attaches to the targets (as a
+    ServiceMonitor does with the scraped pod's ``namespace``/``pod``); with ``honor_labels=False`` they win,
+    and the agent's own labels of those names arrive as ``exported_*``."""
     binary = prometheus_binary()
     assert binary, "prometheus is not installed"
     port = free_port()
-    cfg = tmp / "prometheus.yml"
+    cfg = tmp / f"{name}.yml"
     cfg.write_text(
         "global:\n"
         f"  scrape_interval: {scrape_interval}\n"
@@ -77,8 +81,11 @@ def run_prometheus(tmp: Path, targets: Sequence[str], *, scrape_interval: str = 
         "    static_configs:\n"
         f"      - targets: [{', '.join(repr(t) for t in targets)}]\n"
     )
-    data = tmp / "prom-data"
-    log = (tmp / "prometheus.log").open("w")
+    if target_labels:
+        cfg.write_text(cfg.read_text() + "        labels: {"
+                       + ", ".join(f"{k}: {v}" for k, v in target_labels.items()) + "}\n")
+    data = tmp / f"{name}-data"
+    log = (tmp / f"{name}.log").open("w")
     proc = subprocess.Popen(
         [binary, f"--config.file={cfg}", f"--storage.tsdb.path={data}", f"--web.listen-address=127.0.0.1:{port}",
          "--storage.tsdb.retention.time=1h", "--log.level=warn"],
@@ -95,7 +102,7 @@ def run_prometheus(tmp: Path, targets: Sequence[str], *, scrape_interval: str = 
             except OSError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("prometheus did not start: " + (tmp / "prometheus.log").read_text()[-2000:])
+                raise RuntimeError("prometheus did not start: " + (tmp / f"{name}.log").read_text()[-2000:])
             time.sleep(0.1)
         yield server
     finally:
