@@ -16,7 +16,9 @@ from ..errors import UsageError
 
 __all__ = [
     "add_backend_arguments",
+    "add_server_arguments",
     "backend_from_args",
+    "check_server_arguments",
     "env",
     "existing_file",
     "mock_config_from_args",
@@ -51,6 +53,30 @@ def existing_file(text: str, flag: str) -> Path:
     if not path.is_file():
         raise UsageError(f'{flag} "{text}" is not a readable file')
     return path
+
+
+def add_server_arguments(
+    parser: argparse.ArgumentParser, *, grpc_port: int, metrics_port: int, grpc_serves: str
+) -> None:
+    """``--grpc-address`` and ``--metrics-address``, as the agent and the scaler both take them."""
+    parser.add_argument(
+        "--grpc-address",
+        default=env("GRPC_ADDRESS", f"0.0.0.0:{grpc_port}"),
+        help=f"HOST:PORT of the gRPC server: {grpc_serves}, health, reflection (default 0.0.0.0:{grpc_port})",
+    )
+    parser.add_argument(
+        "--metrics-address",
+        default=env("METRICS_ADDRESS", f"0.0.0.0:{metrics_port}"),
+        help=f"HOST:PORT of /metrics, /healthz, /readyz (default 0.0.0.0:{metrics_port})",
+    )
+
+
+def check_server_arguments(args: argparse.Namespace) -> None:
+    """Refuse a malformed ``--grpc-address``/``--metrics-address`` before anything starts."""
+    from ..scaler.discovery import parse_host_port
+
+    parse_host_port(args.grpc_address, "--grpc-address")
+    parse_host_port(args.metrics_address, "--metrics-address")
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser) -> None:

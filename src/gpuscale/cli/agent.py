@@ -15,8 +15,14 @@ import grpc.aio
 from ..agent.service import Agent, PodSource
 from ..agent.settings import AgentSettings
 from ..backends.base import Backend
-from ..scaler.discovery import parse_host_port
-from ._options import add_backend_arguments, backend_from_args, env, positive_seconds
+from ._options import (
+    add_backend_arguments,
+    add_server_arguments,
+    backend_from_args,
+    check_server_arguments,
+    env,
+    positive_seconds,
+)
 
 __all__ = ["register"]
 
@@ -37,16 +43,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="this node's name (default: $NODE_NAME, else the host name)",
     )
     p.add_argument("--interval", default=env("INTERVAL", "1"), help="seconds between samples (default 1)")
-    p.add_argument(
-        "--grpc-address",
-        default=env("GRPC_ADDRESS", "0.0.0.0:6000"),
-        help="HOST:PORT of the gRPC server: Watch, health, reflection (default 0.0.0.0:6000)",
-    )
-    p.add_argument(
-        "--metrics-address",
-        default=env("METRICS_ADDRESS", "0.0.0.0:9400"),
-        help="HOST:PORT of /metrics, /healthz, /readyz (default 0.0.0.0:9400)",
-    )
+    add_server_arguments(p, grpc_port=6000, metrics_port=9400, grpc_serves="Watch")
     p.add_argument(
         "--kubelet-socket",
         default=env("KUBELET_SOCKET", "/var/lib/kubelet/pod-resources/kubelet.sock"),
@@ -90,8 +87,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def settings_from_args(args: argparse.Namespace) -> AgentSettings:
-    parse_host_port(args.grpc_address, "--grpc-address")
-    parse_host_port(args.metrics_address, "--metrics-address")
+    check_server_arguments(args)
     in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and args.kubeconfig is None
     return AgentSettings(
         node_name=args.node_name,

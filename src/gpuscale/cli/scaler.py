@@ -14,7 +14,7 @@ from ..scaler.discovery import parse_host_port
 from ..scaler.errors import ProfileError
 from ..scaler.profiles import ProfileSet, load_profiles
 from ..scaler.server import Scaler, ScalerSettings, TlsFiles
-from ._options import env, existing_file, positive_seconds
+from ._options import add_server_arguments, check_server_arguments, env, existing_file, positive_seconds
 
 __all__ = ["register", "settings_from_args"]
 
@@ -50,16 +50,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=env("HISTORY", "120"),
         help="seconds of samples kept per GPU; the longest staleAfter a trigger may use (default 120)",
     )
-    p.add_argument(
-        "--grpc-address",
-        default=env("GRPC_ADDRESS", "0.0.0.0:6001"),
-        help="HOST:PORT of the gRPC server: ExternalScaler, health, reflection (default 0.0.0.0:6001)",
-    )
-    p.add_argument(
-        "--metrics-address",
-        default=env("METRICS_ADDRESS", "0.0.0.0:9401"),
-        help="HOST:PORT of /metrics, /healthz, /readyz (default 0.0.0.0:9401)",
-    )
+    add_server_arguments(p, grpc_port=6001, metrics_port=9401, grpc_serves="ExternalScaler")
     p.add_argument(
         "--kubeconfig",
         default=env("KUBECONFIG_PATH"),
@@ -88,8 +79,7 @@ def settings_from_args(args: argparse.Namespace) -> ScalerSettings:
         parse_host_port(a, "--agents")
     if args.agents_dns:
         parse_host_port(args.agents_dns, "--agents-dns")
-    parse_host_port(args.grpc_address, "--grpc-address")
-    parse_host_port(args.metrics_address, "--metrics-address")
+    check_server_arguments(args)
     tls = None
     if args.tls_cert or args.tls_key or args.tls_client_ca:
         if not (args.tls_cert and args.tls_key):

@@ -27,7 +27,9 @@ def parse_host_port(text: str, what: str) -> tuple[str, int]:
     host, sep, port = text.strip().rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
-        raise UsageError(f'{what} "{text}" must be HOST:PORT, e.g. gpuscale-agent.gpuscale-system:6000')
+        raise UsageError(
+            f'{what} "{text}" must be HOST:PORT, e.g. 0.0.0.0:6000 or gpuscale-agent.gpuscale-system:6000'
+        )
     return host, int(port)
 
 
