@@ -5,11 +5,21 @@ Optional numeric fields map to ``None`` when unset, so "not supported" survives 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ._proto import agent_pb2
-from .model import Assignment, ContainerRef, DeviceInfo, GpuSample, PodInfo, ProcessSample, Vendor
+from .model import (
+    SAMPLE_FIELDS,
+    Assignment,
+    ContainerRef,
+    DeviceInfo,
+    GpuSample,
+    PodInfo,
+    ProcessSample,
+    Vendor,
+)
 
 __all__ = [
     "assignment_from_pb",
@@ -19,8 +29,12 @@ __all__ = [
     "pod_from_pb",
     "pod_to_pb",
     "sample_from_pb",
+    "sample_row_from_pb",
     "sample_to_pb",
 ]
+
+
+_NAN = math.nan
 
 
 def _opt(msg: Any, name: str) -> Any:
@@ -55,15 +69,9 @@ def device_from_pb(m: agent_pb2.Device) -> DeviceInfo:
     )
 
 
-_SAMPLE_FIELDS = (
-    "gpu_utilization", "memory_utilization", "memory_used_bytes", "memory_total_bytes", "temperature_celsius",
-    "power_watts", "power_limit_watts", "sm_clock_mhz",
-)
-
-
 def sample_to_pb(s: GpuSample, owners: Mapping[int, ContainerRef] | None = None) -> agent_pb2.Sample:
     m = agent_pb2.Sample(timestamp=s.timestamp)
-    for name in _SAMPLE_FIELDS:
+    for name in SAMPLE_FIELDS:
         v = getattr(s, name)
         if v is not None:
             setattr(m, name, v)
@@ -87,8 +95,35 @@ def sample_from_pb(uuid: str, m: agent_pb2.Sample) -> tuple[GpuSample, dict[int,
         procs.append(ProcessSample(p.pid, _opt(p, "used_memory_bytes"), _opt(p, "sm_utilization")))
         if p.pod:
             owners[p.pid] = ContainerRef(p.namespace, p.pod, p.container)
-    values = {name: _opt(m, name) for name in _SAMPLE_FIELDS}
+    values = {name: _opt(m, name) for name in SAMPLE_FIELDS}
     return GpuSample(uuid=uuid, timestamp=m.timestamp, processes=tuple(procs), **values), owners
+
+
+def sample_row_from_pb(
+    m: agent_pb2.Sample,
+) -> tuple[tuple[float, ...], tuple[ProcessSample, ...], dict[int, ContainerRef]]:
+    """``sample_from_pb`` for the scaler's hot path: the values in ``SAMPLE_FIELDS`` order as floats, NaN
+    where absent (written out field by field: it runs for every sample of every GPU the scaler follows)."""
+    has = m.HasField
+    values = (
+        m.gpu_utilization if has("gpu_utilization") else _NAN,
+        m.memory_utilization if has("memory_utilization") else _NAN,
+        float(m.memory_used_bytes) if has("memory_used_bytes") else _NAN,
+        float(m.memory_total_bytes) if has("memory_total_bytes") else _NAN,
+        m.temperature_celsius if has("temperature_celsius") else _NAN,
+        m.power_watts if has("power_watts") else _NAN,
+        m.power_limit_watts if has("power_limit_watts") else _NAN,
+        m.sm_clock_mhz if has("sm_clock_mhz") else _NAN,
+    )
+    if not m.processes:
+        return values, (), {}
+    owners: dict[int, ContainerRef] = {}
+    procs = []
+    for p in m.processes:
+        procs.append(ProcessSample(p.pid, _opt(p, "used_memory_bytes"), _opt(p, "sm_utilization")))
+        if p.pod:
+            owners[p.pid] = ContainerRef(p.namespace, p.pod, p.container)
+    return values, tuple(procs), owners
 
 
 def assignment_to_pb(a: Assignment) -> agent_pb2.Attribution:

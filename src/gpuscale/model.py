@@ -10,7 +10,28 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["Assignment", "ContainerRef", "DeviceInfo", "GpuSample", "PodInfo", "ProcessSample", "Vendor"]
+__all__ = [
+    "SAMPLE_FIELDS",
+    "Assignment",
+    "ContainerRef",
+    "DeviceInfo",
+    "GpuSample",
+    "PodInfo",
+    "ProcessSample",
+    "Vendor",
+]
+
+# The numeric fields of ``GpuSample`` in one fixed order (a sample's row in the scaler's columns).
+SAMPLE_FIELDS = (
+    "gpu_utilization",
+    "memory_utilization",
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "temperature_celsius",
+    "power_watts",
+    "power_limit_watts",
+    "sm_clock_mhz",
+)
 
 
 class Vendor(enum.Enum):

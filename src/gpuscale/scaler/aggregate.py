@@ -18,6 +18,7 @@ current time is an argument (``now``, Unix seconds), never read.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ from ..model import GpuSample, ProcessSample
 from .errors import NoDataError
 from .metadata import TriggerMetadata
 from .profiles import Aggregation, Metric, Share
+from .ring import COLUMNS, SampleRing
 
 __all__ = [
     "Evaluation",
@@ -40,15 +42,26 @@ __all__ = [
 
 Extract = Callable[[GpuSample], "float | None"]
 
-_GPU_FIELDS: dict[Metric, Callable[[GpuSample], float | int | None]] = {
-    "gpu_utilization": lambda s: s.gpu_utilization,
-    "memory_utilization": lambda s: s.memory_utilization,
-    "memory_used": lambda s: s.memory_used_bytes,
+# Metrics read straight off a sample field (a C-level getter: this is the inner loop of every call), and
+# those derived from two fields.
+_PLAIN_FIELDS: dict[Metric, str] = {
+    "gpu_utilization": "gpu_utilization",
+    "memory_utilization": "memory_utilization",
+    "memory_used": "memory_used_bytes",
+    "temperature": "temperature_celsius",
+    "power": "power_watts",
+}
+_DERIVED: dict[Metric, Extract] = {
     "memory_used_percent": lambda s: s.memory_used_percent,
-    "temperature": lambda s: s.temperature_celsius,
-    "power": lambda s: s.power_watts,
     "power_percent": lambda s: s.power_percent,
 }
+_WHOLE: dict[Metric, Extract] = {
+    **{m: operator.attrgetter(f) for m, f in _PLAIN_FIELDS.items()},
+    **_DERIVED,
+}
+_INF = math.inf
+# The same metrics as columns of a ``SampleRing``, for the fast path of ``smooth``.
+_RING_COLUMN: dict[Extract, int] = {_WHOLE[m]: COLUMNS[_PLAIN_FIELDS.get(m, m)] for m in _WHOLE}
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,13 +104,7 @@ def extractor(metric: Metric, share: Share = "gpu", pids: Collection[int] | None
     percentage of the GPU's. No process at all counts as 0; processes none of which reports the figure, as
     unknown."""
     if share == "gpu":
-        field = _GPU_FIELDS[metric]
-
-        def whole(sample: GpuSample) -> float | None:
-            value = field(sample)
-            return None if value is None else float(value)
-
-        return whole
+        return _WHOLE[metric]
     if metric not in ("gpu_utilization", "memory_used", "memory_used_percent"):
         raise ValueError(f'share "container" does not apply to metric "{metric}"')
 
@@ -132,27 +139,38 @@ def smooth(
 
     ``samples`` are oldest first (as the agents send them and the state keeps them): the walk goes from the
     newest back and stops at the first sample too old to count, so its cost is the window's samples, not
-    the whole history."""
+    the whole history. A ``SampleRing`` read for a whole-GPU metric is walked in its columns."""
+    if type(samples) is SampleRing:
+        column = _RING_COLUMN.get(extract)
+        if column is not None:
+            found = samples.smooth_column(column, now, window, stale_after)
+            return None if found is None else Smoothed(*found)
     recent: list[float] = []
-    newest_age: float | None = None
+    newest_age = -1.0
     for sample in reversed(samples):
-        age = max(0.0, now - sample.timestamp)
-        if age > stale_after:
-            break
-        if age > window and recent:
+        age = now - sample.timestamp
+        if age < 0.0:
+            age = 0.0
+        if age > stale_after or (age > window and recent):
             break
         value = extract(sample)
-        if value is None or not math.isfinite(value):
+        if value is None or not -_INF < value < _INF:  # absent, NaN or infinite: does not count
             continue
-        if newest_age is None:
+        if newest_age < 0.0:
             newest_age = age
         if age <= window:
             recent.append(value)
         else:  # nothing within the window: the newest fresh sample stands alone
-            return Smoothed(value, 1, age)
-    if newest_age is None:
+            return Smoothed(float(value), 1, age)
+    if not recent:
         return None
     return Smoothed(math.fsum(recent) / len(recent), len(recent), newest_age)
+
+
+def _any_fresh(samples: Sequence[GpuSample], now: float, stale_after: float) -> bool:
+    if type(samples) is SampleRing:
+        return samples.any_fresh(now, stale_after)
+    return any(now - x.timestamp <= stale_after for x in samples)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -189,33 +207,43 @@ def evaluate(metadata: TriggerMetadata, series: Iterable[GpuSeries], *, now: flo
     workload = metadata.scope == "workload"
     values: list[float] = []
     pods: set[str] = set()
-    seen: set[tuple[str, str | None]] = set()
-    by_uuid: dict[str, Smoothed | None] = {}
+    seen: set[object] = set()
+    by_uuid: dict[str, tuple[float, int, float] | None] = {}
     stale = unsupported = 0
     newest = math.inf
-    for s in series:
-        if workload and s.pod is None:
-            raise ValueError(f"GPU {s.uuid}: workload scope needs the pod each GPU is attributed to")
-        per_pod = metadata.share == "container"
-        key = (s.uuid, s.pod if per_pod else None)
+    per_pod = metadata.share == "container"
+    whole = None if per_pod else extractor(metadata.metric)
+    column = None if whole is None else _RING_COLUMN.get(whole)
+    window, stale_after = metadata.window, metadata.stale_after
+    for s in series:  # the hot loop of every call: kept flat
+        uuid, pod, samples = s.uuid, s.pod, s.samples
+        if pod is None and workload:
+            raise ValueError(f"GPU {uuid}: workload scope needs the pod each GPU is attributed to")
+        key = (uuid, pod) if per_pod else uuid
         if key in seen:  # a GPU shared by several of the workload's pods: one value, every pod counts
-            if by_uuid.get(s.uuid) is not None and s.pod is not None and not per_pod:
-                pods.add(s.pod)
+            if pod is not None and not per_pod and by_uuid.get(uuid) is not None:
+                pods.add(pod)
             continue
         seen.add(key)
-        extract = extractor(metadata.metric, metadata.share, s.pids)
-        result = smooth(s.samples, extract, now=now, window=metadata.window, stale_after=metadata.stale_after)
-        by_uuid[s.uuid] = result
-        if result is None:
-            if any(max(0.0, now - x.timestamp) <= metadata.stale_after for x in s.samples):
+        found: tuple[float, int, float] | None
+        if column is not None and type(samples) is SampleRing:
+            found = samples.smooth_column(column, now, window, stale_after)
+        else:
+            extract = whole or extractor(metadata.metric, metadata.share, s.pids)
+            result = smooth(samples, extract, now=now, window=window, stale_after=stale_after)
+            found = None if result is None else (result.value, result.samples, result.newest_age)
+        by_uuid[uuid] = found
+        if found is None:
+            if _any_fresh(samples, now, stale_after):
                 unsupported += 1
             else:
                 stale += 1
             continue
-        values.append(result.value)
-        newest = min(newest, result.newest_age)
-        if s.pod is not None:
-            pods.add(s.pod)
+        values.append(found[0])
+        if found[2] < newest:
+            newest = found[2]
+        if pod is not None:
+            pods.add(pod)
     if not values:
         raise NoDataError(
             metadata.metric,

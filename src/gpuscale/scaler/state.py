@@ -23,10 +23,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .._proto import agent_pb2
-from ..convert import assignment_from_pb, device_from_pb, pod_from_pb, sample_from_pb
-from ..model import DeviceInfo, GpuSample, PodInfo
+from ..convert import device_from_pb, pod_from_pb, sample_row_from_pb
+from ..model import DeviceInfo, PodInfo
 from .aggregate import GpuSeries
 from .profiles import Scope
+from .ring import SampleRing
 from .source import Query, Selection
 
 __all__ = ["ClusterState", "NodeStatus"]
@@ -42,7 +43,7 @@ class _Gpu:
     def __init__(self, node: str, device: DeviceInfo, maxlen: int) -> None:
         self.node = node
         self.device = device
-        self.samples: collections.deque[GpuSample] = collections.deque(maxlen=maxlen)
+        self.samples = SampleRing(device.uuid, maxlen)
         self.error = ""
         self.pods: tuple[PodKey, ...] = ()
         self.owners: dict[int, PodKey] = {}  # pid → pod, from the newest sample
@@ -264,13 +265,13 @@ class ClusterState:
                 gpu = node.gpus[uuid] = _Gpu(node.name, device_from_pb(g.device), maxlen)
                 self._version += 1
                 added = True
-            before = (gpu.pods, dict(gpu.owners))
-            self._unindex_gpu(gpu)
+            pods, owners = gpu.pods, gpu.owners
             self._gpu_state(gpu, g)
-            self._index_gpu(gpu)
-            if (gpu.pods, gpu.owners) != before:
-                namespaces.update(ns for ns, _ in (*before[0], *gpu.pods))
-                namespaces.update(ns for ns, _ in (*before[1].values(), *gpu.owners.values()))
+            if gpu.pods != pods or gpu.owners != owners:  # who holds the GPU changed: re-index it
+                self._unindex_gpu(gpu, pods)
+                self._index_gpu(gpu)
+                namespaces.update(ns for ns, _ in (*pods, *gpu.pods))
+                namespaces.update(ns for ns, _ in (*owners.values(), *gpu.owners.values()))
         if msg.pods_changed:
             new = {(p.namespace, p.name): pod_from_pb(p) for p in msg.pods}
             for key, info in node.pods.items():
@@ -286,28 +287,27 @@ class ClusterState:
             self._ns_version[ns] += 1
         self._wake(uuids, namespaces, added)
 
-    def _gpu_state(self, gpu: _Gpu, g: agent_pb2.GpuState) -> None:
-        owners: dict[int, PodKey] | None = None
+    @staticmethod
+    def _gpu_state(gpu: _Gpu, g: agent_pb2.GpuState) -> None:
+        """Add ``g``'s samples to ``gpu``; take its error, holders and process owners (newest sample's)."""
+        owners = None
         for s in g.samples:
-            sample, refs = sample_from_pb(gpu.device.uuid, s)
-            gpu.samples.append(sample)
-            owners = {pid: (ref.namespace, ref.pod) for pid, ref in refs.items()}
+            values, processes, refs = sample_row_from_pb(s)
+            gpu.samples.append(s.timestamp, values, processes)
+            owners = refs
         if owners is not None:
-            gpu.owners = owners
+            gpu.owners = {pid: (ref.namespace, ref.pod) for pid, ref in owners.items()}
         gpu.error = g.error_message or g.error_kind
-        pods: dict[PodKey, None] = {}
-        for a in g.attributions:
-            c = assignment_from_pb(a).container
-            pods[(c.namespace, c.pod)] = None
-        gpu.pods = tuple(pods)
+        gpu.pods = tuple(dict.fromkeys((a.namespace, a.pod) for a in g.attributions))
 
     # -- indexes ---------------------------------------------------------------------------------------
     def _index_gpu(self, gpu: _Gpu) -> None:
         for key in gpu.pods:
             self._gpus_by_pod.setdefault(key, {})[gpu.device.uuid] = gpu
 
-    def _unindex_gpu(self, gpu: _Gpu) -> None:
-        for key in gpu.pods:
+    def _unindex_gpu(self, gpu: _Gpu, pods: tuple[PodKey, ...] | None = None) -> None:
+        """Drop ``gpu`` from the pods that held it (``pods``; default: those it names now)."""
+        for key in gpu.pods if pods is None else pods:
             held = self._gpus_by_pod.get(key)
             if held is not None and held.get(gpu.device.uuid) is gpu:
                 del held[gpu.device.uuid]

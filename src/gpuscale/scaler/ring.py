@@ -1,0 +1,168 @@
+"""``SampleRing``: the recent samples of one GPU, kept in columns.
+
+The cluster scaler holds 120 s of samples for every GPU of the cluster (960,000 samples for 8,000 GPUs).
+Kept as one ``GpuSample`` object per sample (plus a float object per field), that history costs about
+500 MiB, scatters each GPU's window over the heap (a call's cost is mostly cache misses) and gives the
+garbage collector a million objects to walk (pauses of several hundred milliseconds). Here each GPU has one
+``array('d')`` per field, written in a circle: about 11 KiB per GPU at 120 s, the window of a GPU in a few
+cache lines, and no per-sample object except the (usually empty) tuple of processes.
+
+A ring is still a ``Sequence[GpuSample]`` (oldest first): reading it that way builds the samples on demand,
+which is what the slow paths (per-container shares, tests, inspection) use. The fast path is
+``smooth_column``: one field, walked from the newest sample back, exactly as ``aggregate.smooth`` walks
+samples. An absent field is NaN in its column and never counts, as ``None`` never counts in a sample.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Iterator, Sequence
+from typing import overload
+
+from ..model import SAMPLE_FIELDS, GpuSample, ProcessSample
+
+__all__ = ["COLUMNS", "SampleRing"]
+
+# Every column: the sample fields, then two derived at append (as ``GpuSample``'s properties derive them).
+COLUMNS: dict[str, int] = {
+    **{name: i for i, name in enumerate(SAMPLE_FIELDS)},
+    "memory_used_percent": len(SAMPLE_FIELDS),
+    "power_percent": len(SAMPLE_FIELDS) + 1,
+}
+_USED, _TOTAL = COLUMNS["memory_used_bytes"], COLUMNS["memory_total_bytes"]
+_POWER, _LIMIT = COLUMNS["power_watts"], COLUMNS["power_limit_watts"]
+_NAN = math.nan
+_INF = math.inf
+
+
+class SampleRing(Sequence[GpuSample]):
+    """The newest ``capacity`` samples of GPU ``uuid``; older ones are overwritten."""
+
+    __slots__ = ("_cols", "_end", "_procs", "_size", "_ts", "capacity", "uuid")
+
+    def __init__(self, uuid: str, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be at least 1, not {capacity}")
+        self.uuid = uuid
+        self.capacity = capacity
+        self._ts = array("d", bytes(8 * capacity))
+        self._cols = [array("d", bytes(8 * capacity)) for _ in COLUMNS]
+        self._procs: list[tuple[ProcessSample, ...]] = [()] * capacity
+        self._end = 0  # where the next sample goes
+        self._size = 0
+
+    # -- writing ---------------------------------------------------------------------------------------
+    def append(
+        self, timestamp: float, values: Sequence[float], processes: tuple[ProcessSample, ...] = ()
+    ) -> None:
+        """Add a sample: ``values`` in ``model.SAMPLE_FIELDS`` order, NaN where the GPU did not report it."""
+        i = self._end
+        cols = self._cols
+        self._ts[i] = timestamp
+        for k, v in enumerate(values):
+            cols[k][i] = v
+        used, total = values[_USED], values[_TOTAL]
+        cols[-2][i] = 100.0 * used / total if total > 0.0 else _NAN  # NaN stays NaN
+        power, limit = values[_POWER], values[_LIMIT]
+        cols[-1][i] = 100.0 * power / limit if limit > 0.0 else _NAN
+        self._procs[i] = processes
+        self._end = i + 1 if i + 1 < self.capacity else 0
+        if self._size < self.capacity:
+            self._size += 1
+
+    def append_sample(self, sample: GpuSample) -> None:
+        values = [getattr(sample, name) for name in SAMPLE_FIELDS]
+        self.append(sample.timestamp, [_NAN if v is None else float(v) for v in values], sample.processes)
+
+    # -- the fast path ---------------------------------------------------------------------------------
+    def smooth_column(
+        self, column: int, now: float, window: float, stale_after: float
+    ) -> tuple[float, int, float] | None:
+        """``aggregate.smooth`` of one column: (value, samples counted, age of the newest), or ``None``."""
+        ts = self._ts
+        col = self._cols[column]
+        last = self.capacity - 1
+        i = self._end
+        recent: list[float] = []
+        newest_age = -1.0
+        for _ in range(self._size):
+            i = i - 1 if i else last
+            age = now - ts[i]
+            if age < 0.0:
+                age = 0.0
+            if age > stale_after or (age > window and recent):
+                break
+            value = col[i]
+            if not -_INF < value < _INF:  # absent (NaN) or infinite: does not count
+                continue
+            if newest_age < 0.0:
+                newest_age = age
+            if age <= window:
+                recent.append(value)
+            else:  # nothing within the window: the newest fresh sample stands alone
+                return value, 1, age
+        if not recent:
+            return None
+        return math.fsum(recent) / len(recent), len(recent), newest_age
+
+    def any_fresh(self, now: float, stale_after: float) -> bool:
+        """Whether any sample is at most ``stale_after`` seconds old."""
+        ts = self._ts
+        return any(now - ts[self._slot(k)] <= stale_after for k in range(self._size))
+
+    # -- Sequence[GpuSample], oldest first ---------------------------------------------------------------
+    def __len__(self) -> int:
+        return self._size
+
+    @overload
+    def __getitem__(self, index: int) -> GpuSample: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[GpuSample]: ...
+
+    def __getitem__(self, index: int | slice) -> GpuSample | Sequence[GpuSample]:
+        if isinstance(index, slice):
+            return [self[k] for k in range(*index.indices(self._size))]
+        if index < 0:
+            index += self._size
+        if not 0 <= index < self._size:
+            raise IndexError("SampleRing index out of range")
+        return self._sample(self._slot(index))
+
+    def __iter__(self) -> Iterator[GpuSample]:
+        for k in range(self._size):
+            yield self._sample(self._slot(k))
+
+    def __reversed__(self) -> Iterator[GpuSample]:
+        for k in range(self._size - 1, -1, -1):
+            yield self._sample(self._slot(k))
+
+    def _slot(self, k: int) -> int:
+        """The array index of the ``k``-th oldest sample."""
+        return (self._end - self._size + k) % self.capacity
+
+    def _sample(self, i: int) -> GpuSample:
+        cols = self._cols
+
+        def real(k: int) -> float | None:
+            v = cols[k][i]
+            return None if v != v else v
+
+        def whole(k: int) -> int | None:
+            v = cols[k][i]
+            return None if v != v else int(v)
+
+        return GpuSample(
+            uuid=self.uuid,
+            timestamp=self._ts[i],
+            gpu_utilization=real(0),
+            memory_utilization=real(1),
+            memory_used_bytes=whole(2),
+            memory_total_bytes=whole(3),
+            temperature_celsius=real(4),
+            power_watts=real(5),
+            power_limit_watts=real(6),
+            sm_clock_mhz=real(7),
+            processes=self._procs[i],
+        )
