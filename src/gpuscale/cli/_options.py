@@ -13,6 +13,7 @@ from ..backends import BACKEND_NAMES, Backend, create_backend, open_backend
 from ..backends.mock import FileDemand, MockBackend, MockConfig, find_model
 from ..backends.patterns import PATTERN_SYNTAX, parse_patterns
 from ..errors import UsageError
+from ..lifecycle import EVENT_LOOPS, event_loop_factory
 
 __all__ = [
     "add_backend_arguments",
@@ -69,14 +70,24 @@ def add_server_arguments(
         default=env("METRICS_ADDRESS", f"0.0.0.0:{metrics_port}"),
         help=f"HOST:PORT of /metrics, /healthz, /readyz (default 0.0.0.0:{metrics_port})",
     )
+    parser.add_argument(
+        "--event-loop",
+        default=env("EVENT_LOOP", "auto"),
+        help=f"{', '.join(EVENT_LOOPS)} (default auto: uvloop when installed, else asyncio's own)",
+    )
 
 
 def check_server_arguments(args: argparse.Namespace) -> None:
-    """Refuse a malformed ``--grpc-address``/``--metrics-address`` before anything starts."""
+    """Refuse a malformed ``--grpc-address``/``--metrics-address`` or an unknown or missing ``--event-loop``
+    before anything starts."""
     from ..scaler.discovery import parse_host_port
 
     parse_host_port(args.grpc_address, "--grpc-address")
     parse_host_port(args.metrics_address, "--metrics-address")
+    try:
+        event_loop_factory(args.event_loop)
+    except ValueError as e:
+        raise UsageError(f"--event-loop: {e}") from None
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import grpc.aio
 
+from .. import lifecycle
 from ..agent.service import Agent, PodSource
 from ..agent.settings import AgentSettings
 from ..backends.base import Backend
@@ -151,5 +152,5 @@ def run(args: argparse.Namespace) -> int:
     prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # the *_created series only add noise to GPU dashboards
     settings = settings_from_args(args)
     backend = backend_from_args(args, node=settings.node_name, open_it=False)
-    asyncio.run(serve(settings, backend))
+    lifecycle.run(serve(settings, backend), args.event_loop)
     return 0

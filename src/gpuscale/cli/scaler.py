@@ -9,6 +9,7 @@ import os
 import signal
 from pathlib import Path
 
+from .. import lifecycle
 from ..errors import UsageError
 from ..scaler.discovery import parse_host_port
 from ..scaler.errors import ProfileError
@@ -132,5 +133,5 @@ async def serve(settings: ScalerSettings, profiles: ProfileSet | None) -> None:
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     profiles = profiles_from_args(args)
-    asyncio.run(serve(settings, profiles))
+    lifecycle.run(serve(settings, profiles), args.event_loop)
     return 0

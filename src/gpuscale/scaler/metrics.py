@@ -50,12 +50,23 @@ class ScalerMetrics:
         self.agent_updates = Counter(
             "gpuscale_scaler_agent_updates", "Watch messages applied from agents", registry=registry
         )
+        self._children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
         self.agent_reconnects = Counter(
             "gpuscale_scaler_agent_reconnects",
             "Agent Watch streams that ended and were retried",
             ["reason"],
             registry=registry,
         )
+
+    def answered(self, method: str, code: str, seconds: float) -> None:
+        """Count one answered call of ``method`` with status ``code`` that took ``seconds``. The labelled
+        children are looked up once (``labels`` takes a lock and builds a key on every call)."""
+        key = (method, code)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (self.requests.labels(method, code), self.latency.labels(method))
+        children[0].inc()
+        children[1].observe(seconds)
 
     def bind(
         self,

@@ -225,8 +225,7 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
             raise AssertionError("abort raises") from None
         finally:
             if self.metrics is not None:
-                self.metrics.requests.labels(method, code.name).inc()
-                self.metrics.latency.labels(method).observe(time.perf_counter() - start)
+                self.metrics.answered(method, code.name, time.perf_counter() - start)
 
     @staticmethod
     async def _abort(method: str, context: _Context, code: grpc.StatusCode, e: Exception) -> None:

@@ -1,0 +1,47 @@
+"""``--event-loop``: the agent and the scaler run on uvloop when it is installed (``auto``), on asyncio's own
+loop when asked, and refuse an unknown or unavailable loop before starting anything."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+from gpuscale import lifecycle
+
+needs_uvloop = pytest.mark.skipif(importlib.util.find_spec("uvloop") is None, reason="uvloop not installed")
+
+
+async def _loop_module() -> str:
+    await asyncio.sleep(0)
+    return type(asyncio.get_running_loop()).__module__
+
+
+@needs_uvloop
+@pytest.mark.parametrize(("name", "module"), [("auto", "uvloop"), ("uvloop", "uvloop"), ("asyncio", "asyncio")])
+def test_run_uses_the_loop_asked_for(name: str, module: str) -> None:
+    assert lifecycle.run(_loop_module(), name).split(".")[0] == module
+
+
+def test_unknown_loop_is_refused() -> None:
+    with pytest.raises(ValueError, match=r'event loop "trio" is unknown; choose one of auto, uvloop, asyncio'):
+        lifecycle.event_loop_factory("trio")
+
+
+@pytest.mark.parametrize("command", ["agent", "scaler"])
+def test_cli_refuses_a_bad_event_loop_with_exit_code_2(command: str) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "gpuscale", command, "--event-loop", "trio"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "GPUSCALE_BACKEND": "mock", "GPUSCALE_AGENTS": "127.0.0.1:1"},
+    )
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().endswith(
+        'gpuscale: error: --event-loop: event loop "trio" is unknown; choose one of auto, uvloop, asyncio'
+    ), r.stderr
