@@ -21,6 +21,7 @@ import asyncio
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -77,6 +78,13 @@ def summary_ms(seconds: Sequence[float]) -> dict[str, float]:
         "p99": round(pct(ms, 99), 4),
         "max": round(max(ms), 4),
     }
+
+
+def summary_us(seconds: Sequence[float]) -> dict[str, float]:
+    us = [s * 1e6 for s in seconds]
+    return {"n": len(us), **{k: round(f(us), 1) for k, f in (
+        ("mean", statistics.fmean), ("p50", lambda v: pct(v, 50)), ("p90", lambda v: pct(v, 90)),
+        ("p99", lambda v: pct(v, 99)), ("max", max))}}
 
 
 def machine() -> dict[str, Any]:
@@ -222,6 +230,35 @@ def exporter_text(layout: Layout) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
+def node_message(node: int, kind: int, pods: Sequence[Pod], interval: float = 1.0) -> Any:
+    """The Watch message an agent of node ``node`` sends (``kind``: SNAPSHOT or UPDATE): one sample of each
+    of its 8 GPUs (timestamp 0: the sender sets it), attributions of ``pods``' GPUs, and in a SNAPSHOT the
+    pods with their labels."""
+    from gpuscale._proto import agent_pb2
+
+    msg = agent_pb2.NodeUpdate(kind=kind, node_name=node_name(node), agent_id=f"fleet-{node}",
+                               interval_seconds=interval)
+    holders = {g: p for p in pods for g in p.gpus}
+    for g in range(GPUS_PER_NODE):
+        u = util(node, g)
+        state = msg.gpus.add()
+        state.device.CopyFrom(agent_pb2.Device(
+            index=g, uuid=uuid_of(node, g), name=MODEL, vendor="nvidia", memory_total_bytes=80 * 2**30,
+            power_limit_watts=700.0))
+        state.samples.add(gpu_utilization=u, memory_utilization=u / 2, memory_used_bytes=int(u * 2**28),
+                          memory_total_bytes=80 * 2**30, temperature_celsius=40 + u / 4,
+                          power_watts=100 + 5 * u, power_limit_watts=700.0)
+        pod = holders.get(g)
+        if pod is not None:
+            state.attributions.add(namespace=pod.namespace, pod=pod.name, container="main",
+                                   resource_name="nvidia.com/gpu", device_id=uuid_of(node, g))
+    if kind == agent_pb2.NodeUpdate.SNAPSHOT:
+        for p in pods:
+            msg.pods.add(namespace=p.namespace, name=p.name, uid=f"uid-{p.name}",
+                         labels={"app": p.app, "tier": "serving"})
+    return msg
+
+
 async def run_fleet(layout: Layout, interval: float, info_file: Path) -> None:
     import grpc
     import grpc.aio
@@ -234,27 +271,7 @@ async def run_fleet(layout: Layout, interval: float, info_file: Path) -> None:
         pods_by_node.setdefault(p.node, []).append(p)
 
     def message(node: int, kind: int) -> Any:
-        msg = agent_pb2.NodeUpdate(kind=kind, node_name=node_name(node), agent_id=f"fleet-{node}",
-                                   interval_seconds=interval)
-        holders = {g: p for p in pods_by_node.get(node, []) for g in p.gpus}
-        for g in range(GPUS_PER_NODE):
-            u = util(node, g)
-            state = msg.gpus.add()
-            state.device.CopyFrom(agent_pb2.Device(
-                index=g, uuid=uuid_of(node, g), name=MODEL, vendor="nvidia", memory_total_bytes=80 * 2**30,
-                power_limit_watts=700.0))
-            state.samples.add(gpu_utilization=u, memory_utilization=u / 2, memory_used_bytes=int(u * 2**28),
-                              memory_total_bytes=80 * 2**30, temperature_celsius=40 + u / 4,
-                              power_watts=100 + 5 * u, power_limit_watts=700.0)
-            pod = holders.get(g)
-            if pod is not None:
-                state.attributions.add(namespace=pod.namespace, pod=pod.name, container="main",
-                                       resource_name="nvidia.com/gpu", device_id=uuid_of(node, g))
-        if kind == agent_pb2.NodeUpdate.SNAPSHOT:
-            for p in pods_by_node.get(node, []):
-                msg.pods.add(namespace=p.namespace, name=p.name, uid=f"uid-{p.name}",
-                             labels={"app": p.app, "tier": "serving"})
-        return msg
+        return node_message(node, kind, pods_by_node.get(node, []), interval)
 
     class Fleet(agent_pb2_grpc.AgentServicer):
         def __init__(self) -> None:
@@ -368,9 +385,10 @@ def scaler(agents: Sequence[str], *, cpus: str | None = "0,1", history: int = 12
 
 
 class PrometheusServer:
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, pid: int) -> None:
         self.url = f"http://127.0.0.1:{port}"
         self.port = port
+        self.pid = pid
 
     def query(self, promql: str) -> list[dict[str, Any]]:
         url = f"{self.url}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
@@ -412,7 +430,7 @@ def prometheus(jobs: dict[str, tuple[str, str]], *, cpus: str | None = None) -> 
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError("prometheus did not start")
                 time.sleep(0.1)
-            yield PrometheusServer(port)
+            yield PrometheusServer(port, proc.pid)  # taskset execs prometheus: same pid
         finally:
             stop(proc)
             log.close()
@@ -421,6 +439,78 @@ def prometheus(jobs: dict[str, tuple[str, str]], *, cpus: str | None = None) -> 
 def version_of_prometheus() -> str:
     out = subprocess.run(["prometheus", "--version"], capture_output=True, text=True, check=False)
     return (out.stdout or out.stderr).splitlines()[0] if (out.stdout or out.stderr) else "unknown"
+
+
+# -- load generators in C and C++ (their own cost must not hide the server's) -----------------------------
+LOAD_SOURCE = ROOT / "bench" / "load" / "grpc_load.cc"
+LOAD_BINARY = ROOT / "bench" / ".build" / "grpc_load"
+
+
+def grpc_load_binary() -> Path | None:
+    """``bench/load/grpc_load.cc`` built (once) into ``bench/.build/``; ``None`` where it cannot be built
+    (needs g++, pkg-config and gRPC C++: Debian ``libgrpc++-dev pkg-config``)."""
+    if LOAD_BINARY.exists() and LOAD_BINARY.stat().st_mtime >= LOAD_SOURCE.stat().st_mtime:
+        return LOAD_BINARY
+    if not (shutil.which("g++") and shutil.which("pkg-config")):
+        return None
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "grpc++"], capture_output=True, text=True)
+    if flags.returncode != 0:
+        return None
+    LOAD_BINARY.parent.mkdir(exist_ok=True)
+    built = subprocess.run(["g++", "-O2", "-std=c++17", str(LOAD_SOURCE), *flags.stdout.split(), "-o",
+                            str(LOAD_BINARY)], capture_output=True, text=True)
+    if built.returncode != 0:
+        print(f"grpc_load did not build:\n{built.stderr[-2000:]}", file=sys.stderr)
+        return None
+    return LOAD_BINARY
+
+
+def write_messages(path: Path, messages: Sequence[bytes]) -> Path:
+    """The request file ``grpc_load`` reads: each message as a 4-byte big-endian length, then its bytes."""
+    path.write_bytes(b"".join(len(m).to_bytes(4, "big") + m for m in messages))
+    return path
+
+
+def get_metrics_requests(workloads: int) -> list[bytes]:
+    from gpuscale._proto import externalscaler_pb2 as pb
+
+    out = []
+    for w in range(workloads):
+        name, ns, md = scaled_object(w)
+        ref = pb.ScaledObjectRef(name=name, namespace=ns, scalerMetadata=md)
+        out.append(pb.GetMetricsRequest(scaledObjectRef=ref,
+                                        metricName="gpuscale-gpu-utilization-avg").SerializeToString())
+    return out
+
+
+def grpc_load(binary: Path, port: int, requests: Path, *, threads: int, seconds: float,
+              method: str = "/externalscaler.ExternalScaler/GetMetrics") -> dict[str, Any]:
+    out = subprocess.run([str(binary), "--target", f"127.0.0.1:{port}", "--method", method, "--requests",
+                          str(requests), "--threads", str(threads), "--seconds", str(seconds)],
+                         capture_output=True, text=True, timeout=seconds + 60)
+    if out.returncode != 0:
+        raise RuntimeError(f"grpc_load failed: {out.stderr}")
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
+def h2load(url_file: Path, *, clients: int, seconds: float) -> dict[str, Any]:
+    """HTTP/1.1 GETs of the URLs in ``url_file`` (round robin) from ``clients`` keep-alive connections, with
+    nghttp2's ``h2load`` (Debian ``nghttp2-client``): requests/s and how many failed."""
+    binary = shutil.which("h2load")
+    if binary is None:
+        raise RuntimeError("h2load is not installed (Debian package nghttp2-client)")
+    out = subprocess.run([binary, "--h1", "-c", str(clients), "-D", str(seconds), "-i", str(url_file)],
+                         capture_output=True, text=True, timeout=seconds + 60)
+    text = out.stdout
+    finished = re.search(r"finished in ([\d.]+)s, ([\d.]+) req/s", text)
+    requests = re.search(r"requests: \d+ total, \d+ started, (\d+) done", text)
+    codes = re.search(r"status codes: (\d+) 2xx", text)
+    if not (finished and requests and codes):
+        raise RuntimeError(f"h2load output not understood:\n{text}\n{out.stderr}")
+    return {"seconds": float(finished.group(1)), "requests_per_s": float(finished.group(2)),
+            "done": int(requests.group(1)), "ok": int(codes.group(1)),
+            "failed": int(requests.group(1)) - int(codes.group(1))}
 
 
 # -- the GetMetrics load generator ------------------------------------------------------------------------

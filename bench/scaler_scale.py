@@ -16,8 +16,12 @@ Setup (all on loopback, one machine):
   from the fleet's /metrics, asked `avg(DCGM_FI_DEV_GPU_UTIL{namespace="ns-N", pod=~"wN-.*"})` over HTTP.
 Latency: one call at a time from this process (grpc sync client; HTTP keep-alive client for Prometheus);
 also `grpc.health.v1.Health/Check` on the same server, the floor of the gRPC stack with no work behind it.
-Throughput: two load processes with 32 calls in flight each for --seconds; the scaler's CPU time is read
-from /proc, so the result also gives the scaler's CPU cost per call.
+Throughput: `bench/load/grpc_load.cc` (C++, built on first use where g++ and Debian's libgrpc++-dev are
+present) keeps 64 calls in flight on one connection, as KEDA keeps one connection per scaler address, for
+--seconds; then the same for Health/Check (the floor under load). Without it, two Python load processes
+with 32 calls in flight each. The scaler's CPU time is read from /proc, giving its CPU cost per call and
+calls per CPU-second. The peer under load: h2load (Debian nghttp2-client) sends the same aggregates as
+instant queries over 4 connections, with Prometheus's CPU per query.
 Also the small case: one node with 8 GPUs, one workload holding all 8. Measured after --warm seconds of
 streaming, when every GPU's 120 s sample history is full (a call's cost grows with it until then).
 
@@ -30,8 +34,10 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.parse
 from pathlib import Path
@@ -130,6 +136,34 @@ def _get(conn: http.client.HTTPConnection, promql: str) -> str:
 
 
 def throughput(port: int, seconds: float, workloads: int, scaler_pid: int) -> dict[str, Any]:
+    """GetMetrics calls/s and the scaler's CPU per call, then the same for Health/Check (the floor of the
+    gRPC stack on the same server, under the same load). With the C++ client (one connection, as KEDA keeps
+    one, 64 calls in flight) where it builds, else two Python load processes with 32 calls in flight each."""
+    binary = c.grpc_load_binary()
+    if binary is None:
+        return python_throughput(port, seconds, workloads, scaler_pid)
+    with tempfile.TemporaryDirectory() as tmp:
+        requests = c.write_messages(Path(tmp) / "requests.bin", c.get_metrics_requests(workloads))
+        health = c.write_messages(Path(tmp) / "health.bin", [b""])
+        runs = {}
+        for name, file, method in (("getmetrics", requests, "/externalscaler.ExternalScaler/GetMetrics"),
+                                   ("health_check", health, "/grpc.health.v1.Health/Check")):
+            cpu0, t0 = c.cpu_seconds(scaler_pid), time.monotonic()
+            out = c.grpc_load(binary, port, file, threads=64, seconds=seconds, method=method)
+            cpu, wall = c.cpu_seconds(scaler_pid) - cpu0, time.monotonic() - t0
+            runs[name] = {
+                "calls": out["calls"], "errors": out["errors"], "seconds": out["seconds"],
+                "calls_per_s": round(out["calls"] / out["seconds"], 1),
+                "latency_ms": out["latency_ms"],
+                "scaler_cpu_cores": round(cpu / wall, 3),
+                "scaler_cpu_us_per_call": round(cpu / out["calls"] * 1e6, 1),
+                "scaler_capacity_calls_per_core_s": round(out["calls"] / cpu, 1),
+            }
+    return {"client": "bench/load/grpc_load.cc: C++, one connection, 64 calls in flight",
+            **runs["getmetrics"], "floor_health_check": runs["health_check"]}
+
+
+def python_throughput(port: int, seconds: float, workloads: int, scaler_pid: int) -> dict[str, Any]:
     cmd = [sys.executable, str(Path(c.__file__).resolve()), "load", "--port", str(port),
            "--seconds", str(seconds), "--concurrency", "32", "--workloads", str(workloads)]
     cpu0, t0 = c.cpu_seconds(scaler_pid), time.monotonic()
@@ -140,8 +174,7 @@ def throughput(port: int, seconds: float, workloads: int, scaler_pid: int) -> di
     wall = max(o["seconds"] for o in outs)
     cpu = cpu1 - cpu0
     return {
-        "clients": 2,
-        "in_flight": 64,
+        "client": "Python grpc.aio, 2 processes x 32 calls in flight (the C++ client did not build)",
         "seconds": round(wall, 2),
         "calls": calls,
         "errors": sum(o["errors"] for o in outs),
@@ -150,6 +183,23 @@ def throughput(port: int, seconds: float, workloads: int, scaler_pid: int) -> di
         "scaler_cpu_us_per_call": round(cpu / calls * 1e6, 1),
         "scaler_capacity_calls_per_core_s": round(calls / cpu, 1),
     }
+
+
+def prometheus_throughput(prom: c.PrometheusServer, workloads: list[int], seconds: float) -> dict[str, Any]:
+    """The peer under load: the same aggregates as instant queries from h2load (4 keep-alive connections),
+    with Prometheus's CPU per query."""
+    with tempfile.TemporaryDirectory() as tmp:
+        urls = Path(tmp) / "urls.txt"
+        urls.write_text("".join(
+            f"{prom.url}/api/v1/query?{urllib.parse.urlencode({'query': c.prometheus_query(w)})}\n"
+            for w in workloads))
+        cpu0, t0 = c.cpu_seconds(prom.pid), time.monotonic()
+        out = c.h2load(urls, clients=4, seconds=seconds)
+        cpu, wall = c.cpu_seconds(prom.pid) - cpu0, time.monotonic() - t0
+    return {"client": "h2load --h1, 4 connections", **out,
+            "prometheus_cpu_cores": round(cpu / wall, 3),
+            "prometheus_cpu_us_per_query": round(cpu / out["done"] * 1e6, 1),
+            "prometheus_capacity_queries_per_core_s": round(out["done"] / cpu, 1)}
 
 
 def single(args: argparse.Namespace) -> dict[str, Any]:
@@ -193,6 +243,7 @@ def scale(args: argparse.Namespace) -> dict[str, Any]:
                 assert time.monotonic() < deadline, "Prometheus has no data"
                 time.sleep(0.5)
             ptimes, pvalue = prometheus_latency(prom, workloads, args.prom_calls)
+            loaded = prometheus_throughput(prom, workloads, args.seconds) if shutil.which("h2load") else None
             out["prometheus"] = {
                 "version": c.version_of_prometheus(),
                 "scrape_interval": args.scrape,
@@ -200,10 +251,16 @@ def scale(args: argparse.Namespace) -> dict[str, Any]:
                 "query_example": c.prometheus_query(17),
                 "value_error": abs(pvalue - c.workload_avg(layout, 0)),
                 "query_ms": c.summary_ms(ptimes),
+                "throughput": loaded,
             }
     g, p = out["getmetrics_ms"], out["prometheus"]["query_ms"]
     out["ratio_prometheus_over_gpuscale"] = {"p50": round(p["p50"] / g["p50"], 1),
                                              "p99": round(p["p99"] / g["p99"], 1)}
+    loaded = out["prometheus"]["throughput"]
+    if loaded is not None:  # calls answered per CPU-second, gpuscale over Prometheus
+        out["ratio_capacity_per_core_gpuscale_over_prometheus"] = round(
+            out["throughput"]["scaler_capacity_calls_per_core_s"]
+            / loaded["prometheus_capacity_queries_per_core_s"], 2)
     return out
 
 
