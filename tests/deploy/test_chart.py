@@ -140,6 +140,10 @@ def test_scaler_deployment(rendered: dict[str, dict[str, str]]) -> None:
     assert c["args"][:3] == ["--log-level=info", "scaler",
                              "--agents-dns=gpuscale-agent.gpuscale.svc.cluster.local:6000"]
     assert "--profiles=/etc/gpuscale/profiles/profiles.yaml" in c["args"]
+    assert "--ingest-workers=0" in c["args"]
+    (worker,) = find(objects(render_chart({"scaler": {"ingestWorkers": 2}})), "Deployment")["spec"]["template"][
+        "spec"]["containers"]
+    assert "--ingest-workers=2" in worker["args"]
     assert c["securityContext"]["readOnlyRootFilesystem"] is True and pod["securityContext"]["runAsNonRoot"]
     # Off GPU nodes: one term, every GPU label excluded (ANDed).
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
@@ -221,6 +225,7 @@ BAD_VALUES = [
     ({"agent": {"grpcPort": 70000}}, "/agent/grpcPort"),
     ({"agent": {"podResourcesDir": "var/lib"}}, "/agent/podResourcesDir"),
     ({"scaler": {"replicas": 0}}, "/scaler/replicas"),
+    ({"scaler": {"ingestWorkers": -1}}, "/scaler/ingestWorkers"),
     ({"scaler": {"tls": {"enabled": True}}}, "/scaler/tls/secretName"),
     ({"scaler": {"profiles": {"Bad_Name": {}}}}, "/scaler/profiles"),
     ({"scaler": {"service": {"headless": "yes"}}}, "/scaler/service/headless"),

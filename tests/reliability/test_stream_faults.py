@@ -2,7 +2,9 @@
 
 Three nodes, one GPU each, one workload per node and one spanning two nodes. The scaler must mark exactly the
 affected node stale, answer ``UNAVAILABLE`` only for the workloads whose every GPU is on it (a workload with
-GPUs elsewhere answers from those), and recover without a restart.
+GPUs elsewhere answers from those), and recover without a restart. Every test runs twice: streams read in
+the scaler's own process, and in an ingest worker process (``--ingest-workers``), which must not change
+what KEDA sees.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 import grpc
 import pytest
 
+from gpuscale.scaler.ingest import WorkerPool, shard_of
 from gpuscale.scaler.server import Scaler
 
 from .conftest import Cluster, KedaClient, until
@@ -55,8 +58,10 @@ class Fleet:
         return float(value)
 
 
-@pytest.fixture
-async def fleet(cluster: Cluster, keda: Callable[[int], KedaClient]) -> AsyncIterator[Fleet]:
+@pytest.fixture(params=[0, 1], ids=["in-process", "ingest-worker"])
+async def fleet(
+    cluster: Cluster, keda: Callable[[int], KedaClient], request: pytest.FixtureRequest
+) -> AsyncIterator[Fleet]:
     for name, load in (("node-a", 40), ("node-b", 70), ("node-c", 20)):
         await cluster.node(name, f"constant:{load}", gpus=1)
     cluster.add_pod("default", "wa-0", "node-a", [0], {"app": "wa", "all": "ab"})
@@ -66,7 +71,9 @@ async def fleet(cluster: Cluster, keda: Callable[[int], KedaClient]) -> AsyncIte
     for name, node in cluster.nodes.items():  # every agent behind a proxy the test can pause
         proxies[name] = PausableProxy(node.agent.grpc_port)
         await proxies[name].start()
-    scaler = await cluster.scaler(kube=False, agents=tuple(p.address for p in proxies.values()))
+    scaler = await cluster.scaler(
+        kube=False, agents=tuple(p.address for p in proxies.values()), ingest_workers=request.param
+    )
     f = Fleet(cluster, scaler, keda(scaler.grpc_port), proxies)
     await until(lambda: _all_ok(f), what="every workload answers")
     try:
@@ -137,3 +144,29 @@ async def test_stream_is_active_of_other_workloads_survives_a_dead_node(fleet: F
     stream.cancel()
     with pytest.raises(asyncio.CancelledError):
         await read
+
+
+@pytest.mark.parametrize("fleet", [1], ids=["ingest-worker"], indirect=True)
+async def test_ingest_worker_killed_is_restarted_and_its_nodes_are_stale_meanwhile(fleet: Fleet) -> None:
+    f = fleet
+    assert isinstance(f.scaler.pool, WorkerPool)
+    worker = f.scaler.pool.workers[0]
+    assert worker.proc is not None
+    worker.proc.kill()
+    # every node it followed is marked stale at once (the scaler does not wait for the silence timeout) ...
+    await until(lambda: f.stale() == {"node-a", "node-b", "node-c"}, timeout=2, what="all nodes stale")
+    # ... and a new worker follows them again; nothing else restarted
+    await until(lambda: f.stale() == set(), what="the restarted worker's streams")
+    await _wait_stale(f)  # every sample now is from the new worker's streams
+    await until(lambda: _all_ok(f), what="answers from the restarted worker")
+    assert f.scaler.pool.restarts == 1
+    assert worker.proc.returncode is None
+
+
+def test_shards_are_stable_and_spread() -> None:
+    addresses = [f"10.0.{k // 250}.{k % 250}:6000" for k in range(1000)]
+    counts = [0, 0, 0, 0]
+    for a in addresses:
+        counts[shard_of(a, 4)] += 1
+    assert [shard_of(a, 4) for a in addresses] == [shard_of(a, 4) for a in addresses]
+    assert min(counts) > 200  # 250 each if perfectly even

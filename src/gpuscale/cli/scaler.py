@@ -51,6 +51,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=env("HISTORY", "120"),
         help="seconds of samples kept per GPU; the longest staleAfter a trigger may use (default 120)",
     )
+    a.add_argument(
+        "--ingest-workers",
+        default=env("INGEST_WORKERS", "0"),
+        help="read the agents' streams in this many child processes, leaving the main process's event loop "
+        "to KEDA's calls (default 0: in the main process; 1 or more from a few hundred nodes, see "
+        "docs/performance.md)",
+    )
     add_server_arguments(p, grpc_port=6001, metrics_port=9401, grpc_serves="ExternalScaler")
     p.add_argument(
         "--kubeconfig",
@@ -81,6 +88,12 @@ def settings_from_args(args: argparse.Namespace) -> ScalerSettings:
     if args.agents_dns:
         parse_host_port(args.agents_dns, "--agents-dns")
     check_server_arguments(args)
+    try:
+        workers = int(args.ingest_workers)
+    except ValueError:
+        workers = -1
+    if workers < 0:
+        raise UsageError(f'--ingest-workers "{args.ingest_workers}" must be a whole number, 0 or more')
     tls = None
     if args.tls_cert or args.tls_key or args.tls_client_ca:
         if not (args.tls_cert and args.tls_key):
@@ -90,6 +103,8 @@ def settings_from_args(args: argparse.Namespace) -> ScalerSettings:
             existing_file(args.tls_cert, "--tls-cert"), existing_file(args.tls_key, "--tls-key"), ca
         )
     return ScalerSettings(
+        ingest_workers=workers,
+        event_loop=args.event_loop,
         agents=agents,
         agents_dns=args.agents_dns or None,
         dns_interval_s=positive_seconds(args.dns_interval, "--dns-interval"),

@@ -68,6 +68,12 @@ class ScalerMetrics:
         children[0].inc()
         children[1].observe(seconds)
 
+    def agent_update(self) -> None:
+        self.agent_updates.inc()
+
+    def agent_reconnect(self, reason: str) -> None:
+        self.agent_reconnects.labels(reason).inc()
+
     def bind(
         self,
         *,

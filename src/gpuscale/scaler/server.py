@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from ..httpserve import make_app, serve_app
 from ..lifecycle import cancel_tasks, within
 from .discovery import Discovery, DnsDiscovery, StaticDiscovery, follow, parse_host_port
+from .ingest import WorkerPool
 from .metadata import MetadataCache
 from .metrics import ScalerMetrics
 from .profiles import ProfileSet
@@ -56,6 +57,8 @@ class ScalerSettings:
     history_s: float = 120.0
     ready_grace_s: float = 10.0  # ready after this even if some discovered agents never answered
     subscriber: SubscriberSettings = field(default_factory=SubscriberSettings)
+    ingest_workers: int = 0  # > 0: read the agent streams in that many child processes (scaler/ingest.py)
+    event_loop: str = "auto"  # of the ingest workers
 
 
 def server_credentials(tls: TlsFiles) -> grpc.ServerCredentials:
@@ -90,9 +93,19 @@ class Scaler:
         self.registry = CollectorRegistry()
         self.metrics = ScalerMetrics(self.registry)
         self.state = ClusterState(history_s=settings.history_s)
-        self.pool = AgentPool(
-            self.state, _with_history(settings.subscriber, settings.history_s), self.metrics
-        )
+        subscriber = _with_history(settings.subscriber, settings.history_s)
+        self.pool: AgentPool | WorkerPool
+        if settings.ingest_workers > 0:
+            self.pool = WorkerPool(
+                self.state,
+                subscriber,
+                self.metrics,
+                workers=settings.ingest_workers,
+                event_loop=settings.event_loop,
+                log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower(),
+            )
+        else:
+            self.pool = AgentPool(self.state, subscriber, self.metrics)
         self.metadata = MetadataCache(profiles)
         self._api = api
         self._own_api = False
@@ -135,6 +148,8 @@ class Scaler:
         )
         await self._start_grpc(self.service)
         await self._start_http()
+        if isinstance(self.pool, WorkerPool):
+            await self.pool.start()
         discovery = self._discovery or self._discovery_from_settings()
         interval = s.dns_interval_s if isinstance(discovery, DnsDiscovery) else 30.0
         self._tasks.append(asyncio.create_task(follow(discovery, self._apply_discovery, interval)))

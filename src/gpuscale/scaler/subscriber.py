@@ -14,16 +14,33 @@ import logging
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 import grpc
 import grpc.aio
 
 from .._proto import agent_pb2, agent_pb2_grpc
 from ..lifecycle import cancel_tasks
-from .metrics import ScalerMetrics
-from .state import ClusterState
 
-__all__ = ["AgentPool", "AgentSubscriber", "SubscriberSettings"]
+__all__ = ["AgentPool", "AgentSubscriber", "StreamCounters", "StreamSink", "SubscriberSettings"]
+
+
+class StreamSink(Protocol):
+    """Where the streams' messages go: the ``ClusterState`` (or, in an ingest worker, the pipe to it)."""
+
+    def apply(self, msg: agent_pb2.NodeUpdate) -> None: ...
+
+    def mark_disconnected(self, node_name: str, agent_id: str) -> None: ...
+
+    def sweep(self, forget_after: float) -> list[str]: ...
+
+
+class StreamCounters(Protocol):
+    """``ScalerMetrics``'s share in the streams (or, in an ingest worker, the pipe to it)."""
+
+    def agent_update(self) -> None: ...
+
+    def agent_reconnect(self, reason: str) -> None: ...
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +70,9 @@ class AgentSubscriber:
     def __init__(
         self,
         address: str,
-        state: ClusterState,
+        state: StreamSink,
         settings: SubscriberSettings,
-        metrics: ScalerMetrics | None = None,
+        metrics: StreamCounters | None = None,
         credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         self.address = address
@@ -99,7 +116,7 @@ class AgentSubscriber:
                     )
                 self._disconnected()
             if self.metrics is not None:
-                self.metrics.agent_reconnects.labels(reason).inc()
+                self.metrics.agent_reconnect(reason)
             if self.streams:
                 backoff, self.streams = s.backoff_initial_s, 0
             await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
@@ -153,7 +170,7 @@ class AgentSubscriber:
                         )
                     self.state.apply(msg)
                     if self.metrics is not None:
-                        self.metrics.agent_updates.inc()
+                        self.metrics.agent_update()
                     interval = msg.interval_seconds if msg.interval_seconds > 0 else 1.0
                     timeout = max(s.min_silence_s, s.silence_intervals * interval)
             finally:
@@ -165,9 +182,9 @@ class AgentPool:
 
     def __init__(
         self,
-        state: ClusterState,
+        state: StreamSink,
         settings: SubscriberSettings | None = None,
-        metrics: ScalerMetrics | None = None,
+        metrics: StreamCounters | None = None,
         credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         self.state = state

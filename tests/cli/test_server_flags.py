@@ -1,5 +1,6 @@
-"""``--event-loop``: the agent and the scaler run on uvloop when it is installed (``auto``), on asyncio's own
-loop when asked, and refuse an unknown or unavailable loop before starting anything."""
+"""Flags of the long-running commands. ``--event-loop``: the agent and the scaler run on uvloop when it is
+installed (``auto``), on asyncio's own loop when asked, and refuse an unknown or unavailable loop before
+starting anything. ``--ingest-workers``: a whole number, 0 or more."""
 
 from __future__ import annotations
 
@@ -45,3 +46,15 @@ def test_cli_refuses_a_bad_event_loop_with_exit_code_2(command: str) -> None:
     assert r.stderr.strip().endswith(
         'gpuscale: error: --event-loop: event loop "trio" is unknown; choose one of auto, uvloop, asyncio'
     ), r.stderr
+
+
+@pytest.mark.parametrize("value", ["-1", "two", "1.5"])
+def test_scaler_refuses_a_bad_ingest_workers_count(value: str) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "gpuscale", "scaler", "--agents", "127.0.0.1:1", "--ingest-workers", value],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == f'gpuscale: error: --ingest-workers "{value}" must be a whole number, 0 or more'
