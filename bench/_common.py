@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -94,6 +95,34 @@ def machine() -> dict[str, Any]:
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and its descendants (e.g. the scaler and its ingest workers)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                todo.extend(int(c) for c in task.read_text().split())
+    return out
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    total = 0.0
+    for p in tree_pids(pid):
+        with contextlib.suppress(OSError):
+            total += cpu_seconds(p)
+    return total
+
+
+def tree_rss_mib(pid: int) -> float:
+    total = 0.0
+    for p in tree_pids(pid):
+        with contextlib.suppress(OSError, KeyError):
+            total += rss_mib(p)
+    return total
 
 
 def rss_mib(pid: int, key: str = "VmRSS") -> float:
@@ -356,14 +385,15 @@ def fleet(layout: Layout, interval: float = 1.0, cpus: str | None = None) -> Ite
 
 @contextmanager
 def scaler(agents: Sequence[str], *, cpus: str | None = "0,1", history: int = 120,
-           wait_connected: int | None = None, timeout: float = 180.0) -> Iterator[dict[str, Any]]:
+           wait_connected: int | None = None, timeout: float = 180.0,
+           extra: Sequence[str] = ()) -> Iterator[dict[str, Any]]:
     """The real ``gpuscale scaler`` (its CLI) as a subprocess, optionally pinned with ``taskset``; waits until
     ``wait_connected`` agents (default: all) have sent their snapshot."""
     grpc_port, metrics_port = free_port(), free_port()
     env = {**os.environ, "GPUSCALE_AGENTS": ",".join(agents), "PYTHONPATH": str(ROOT / "src")}
     cmd = [sys.executable, "-m", "gpuscale", "--log-level", "warning", "scaler",
            "--grpc-address", f"127.0.0.1:{grpc_port}", "--metrics-address", f"127.0.0.1:{metrics_port}",
-           "--history", str(history)]
+           "--history", str(history), *extra]
     if cpus:
         cmd = ["taskset", "-c", cpus, *cmd]
     proc = subprocess.Popen(cmd, env=env)
@@ -500,7 +530,7 @@ def h2load(url_file: Path, *, clients: int, seconds: float) -> dict[str, Any]:
     binary = shutil.which("h2load")
     if binary is None:
         raise RuntimeError("h2load is not installed (Debian package nghttp2-client)")
-    out = subprocess.run([binary, "--h1", "-c", str(clients), "-D", str(seconds), "-i", str(url_file)],
+    out = subprocess.run([binary, "--h1", "-c", str(clients), "-D", str(round(seconds)), "-i", str(url_file)],
                          capture_output=True, text=True, timeout=seconds + 60)
     text = out.stdout
     finished = re.search(r"finished in ([\d.]+)s, ([\d.]+) req/s", text)

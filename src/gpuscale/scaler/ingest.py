@@ -121,6 +121,10 @@ class WorkerPool:
         self.state.sweep(self.settings.forget_after_s)
 
     async def start(self) -> None:
+        """Spawn the workers (before the scaler's gRPC server starts: gRPC logs a warning about a fork while
+        its threads are busy) and supervise them."""
+        for w in self.workers:
+            await self._spawn(w)
         self._tasks = [
             asyncio.create_task(self._supervise(w), name=f"ingest worker {w.index}") for w in self.workers
         ]
@@ -141,20 +145,9 @@ class WorkerPool:
     async def _supervise(self, worker: _Worker) -> None:
         backoff = _RESTART_INITIAL_S
         while not self._closing:
-            worker.proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                __name__,
-                "--settings",
-                json.dumps(dataclasses.asdict(self.settings)),
-                "--event-loop",
-                self.event_loop,
-                "--log-level",
-                self.log_level,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-            )
-            worker.send_shard()
+            if worker.proc is None or worker.proc.returncode is not None:
+                await self._spawn(worker)
+            assert worker.proc is not None
             delivered = 0
             try:
                 assert worker.proc.stdout is not None
@@ -181,6 +174,22 @@ class WorkerPool:
                 backoff,
             )
             await asyncio.sleep(backoff)
+
+    async def _spawn(self, worker: _Worker) -> None:
+        worker.proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            __name__,
+            "--settings",
+            json.dumps(dataclasses.asdict(self.settings)),
+            "--event-loop",
+            self.event_loop,
+            "--log-level",
+            self.log_level,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        worker.send_shard()
 
     async def _read(self, worker: _Worker, stdout: asyncio.StreamReader) -> int:
         """Apply the worker's frames until it exits; return how many messages it delivered."""

@@ -146,10 +146,10 @@ class Scaler:
         self.service = ExternalScalerService(
             self.state, metadata=self.metadata, resolver=resolver, metrics=self.metrics, clock=self._clock
         )
-        await self._start_grpc(self.service)
-        await self._start_http()
         if isinstance(self.pool, WorkerPool):
             await self.pool.start()
+        await self._start_grpc(self.service)
+        await self._start_http()
         discovery = self._discovery or self._discovery_from_settings()
         interval = s.dns_interval_s if isinstance(discovery, DnsDiscovery) else 30.0
         self._tasks.append(asyncio.create_task(follow(discovery, self._apply_discovery, interval)))
