@@ -16,6 +16,9 @@ frame is one type byte, a 4-byte big-endian length and the payload:
 * ``D``: an agent's stream ended: node name, NUL, agent id (``ClusterState.mark_disconnected``);
 * ``R``: a stream is being retried, for ``gpuscale_scaler_agent_reconnects``: the reason.
 
+Frames are written in batches every 10 ms, so that the scaler's loop wakes once per batch rather than once
+per message; a sample reaches the scaler at most 10 ms later than it would in-process.
+
 The scaler writes each worker its whole shard, as one JSON line on the worker's stdin, whenever discovery
 changes; a worker exits when its stdin closes. A worker that dies is restarted with backoff; meanwhile the
 nodes it followed are stale (their calls answer ``UNAVAILABLE``), as if their agents' streams had dropped.
@@ -219,16 +222,24 @@ class WorkerPool:
 
 # -- the worker's side ---------------------------------------------------------------------------------------
 class _Pipe:
-    """The worker's ``StreamSink`` and ``StreamCounters``: everything goes to stdout as frames."""
+    """The worker's ``StreamSink`` and ``StreamCounters``: everything goes to stdout as frames, written
+    together every ``flush_s`` (so the scaler wakes once per batch, not once per message: its loop's cost per
+    message is what the worker is there to save), or at once past ``max_bytes``."""
 
-    def __init__(self, transport: asyncio.WriteTransport) -> None:
+    def __init__(
+        self, transport: asyncio.WriteTransport, flush_s: float = 0.01, max_bytes: int = 1 << 20
+    ) -> None:
         self._transport = transport
+        self._flush_s = flush_s
+        self._max_bytes = max_bytes
+        self._buffer = bytearray()
+        self._timer: asyncio.TimerHandle | None = None
 
     def apply(self, msg: agent_pb2.NodeUpdate) -> None:
-        self._transport.write(_frame(_UPDATE, msg.SerializeToString()))
+        self._write(_frame(_UPDATE, msg.SerializeToString()))
 
     def mark_disconnected(self, node_name: str, agent_id: str) -> None:
-        self._transport.write(_frame(_DISCONNECTED, f"{node_name}\0{agent_id}".encode()))
+        self._write(_frame(_DISCONNECTED, f"{node_name}\0{agent_id}".encode()))
 
     def sweep(self, forget_after: float) -> list[str]:
         return []  # the scaler's state forgets nodes, not the worker
@@ -237,7 +248,22 @@ class _Pipe:
         pass  # counted by the scaler as it applies the message
 
     def agent_reconnect(self, reason: str) -> None:
-        self._transport.write(_frame(_RECONNECT, reason.encode()))
+        self._write(_frame(_RECONNECT, reason.encode()))
+
+    def _write(self, frame: bytes) -> None:
+        self._buffer += frame
+        if len(self._buffer) >= self._max_bytes:
+            self.flush()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self._flush_s, self.flush)
+
+    def flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._buffer and not self._transport.is_closing():
+            self._transport.write(bytes(self._buffer))
+        self._buffer.clear()
 
 
 async def _work(settings: SubscriberSettings) -> None:
@@ -252,6 +278,7 @@ async def _work(settings: SubscriberSettings) -> None:
             pool.reconcile(json.loads(line)["agents"])
     finally:
         await pool.close()
+        pipe.flush()
         transport.close()
 
 
