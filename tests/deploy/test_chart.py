@@ -33,7 +33,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "agent-scaler": {"agent": {"serveExternalScaler": True}, "networkPolicy": {"enabled": True}},
     "clusterip-custom": {"scaler": {"service": {"headless": False}, "replicas": 3,
                                     "profiles": {"my-llm": {"extends": "llm-serving", "targetValue": 75}}},
-                         "agent": {"extraResourceNames": ["nvidia.com/gpu.shared"], "runAsUser": 0}},
+                         "agent": {"extraResourceNames": ["nvidia.com/gpu.shared"], "runAsUser": 65532}},
 }
 
 
@@ -74,7 +74,8 @@ def test_agent_is_unprivileged(rendered: dict[str, dict[str, str]]) -> None:
         assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False
         assert sc["readOnlyRootFilesystem"] is True
         assert sc["capabilities"] == {"drop": ["ALL"]}
-        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 65532
+        # user 0 to reach the kubelet's root-owned socket, and nothing more: no capability, no escalation
+        assert pod["securityContext"]["runAsUser"] == 0 and pod["securityContext"]["runAsNonRoot"] is False
         assert "hostNetwork" not in pod and "hostIPC" not in pod
         mounts = {m["name"]: m for m in c["volumeMounts"]}
         assert mounts["pod-resources"] == {"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources",
@@ -165,7 +166,7 @@ def test_scaler_deployment(rendered: dict[str, dict[str, str]]) -> None:
     assert "clusterIP" not in find(custom, "Service", "gpuscale-scaler")["spec"]
     assert find(custom, "Deployment")["spec"]["replicas"] == 3
     agent = find(custom, "DaemonSet")["spec"]["template"]["spec"]
-    assert agent["securityContext"]["runAsNonRoot"] is False
+    assert agent["securityContext"]["runAsNonRoot"] is True and agent["securityContext"]["runAsUser"] == 65532
     assert "--extra-resource-names=nvidia.com/gpu.shared" in agent["containers"][0]["args"]
 
 
