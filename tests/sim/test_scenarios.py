@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -96,3 +98,17 @@ def test_averagevalue_trap_flaps_and_the_right_configurations_settle() -> None:
     assert bad.max_replicas == 2
     assert all(g.max_replicas == 6 for g in good)  # demand 40 / capacity 10 at 70 %: ceil(400 / 70) = 6
     assert bad.share_of_demand_unserved > 5 * max(g.share_of_demand_unserved for g in good)
+
+
+def test_without_matplotlib_the_csv_and_json_are_written_and_the_plot_is_explained(tmp_path: Path) -> None:
+    """matplotlib is the optional ``plots`` extra (not in the agent and scaler image)."""
+    out = tmp_path / "out"
+    blocked = (
+        "import sys; sys.modules['matplotlib'] = None; from gpuscale.cli import main; "
+        f"sys.exit(main(['simulate', {str(SCENARIOS / 'llm-step-burst.yaml')!r}, '--out', {str(out)!r}]))"
+    )
+    run = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert (out / "timeline.csv").exists() and (out / "summary.json").exists()
+    assert not (out / "plot.png").exists()
+    assert "no plot.png: matplotlib is not installed; pip install 'gpuscale[plots]' for it" in run.stdout

@@ -8,6 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
+from .. import plotting
 from ..demo import PATTERNS, DemoError, DemoSettings, run_demo
 from ..errors import UsageError
 from ..scaler.profiles import BUILTIN_PROFILES
@@ -87,7 +88,6 @@ def run(args: argparse.Namespace) -> int:
             f"{100 * unserved / total:.1f}% of the demand unserved"
         )
     print(f"timeline: {result.timeline}")
-    if result.plot is not None:
-        print(f"plot:     {result.plot}")
+    print(f"plot:     {result.plot}" if result.plot is not None else f"plot:     none ({plotting.MISSING})")
     print(f"logs:     {result.logs}")
     return 0

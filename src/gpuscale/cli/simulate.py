@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .. import plotting
 from ..errors import UsageError
 from ..sim import ScenarioError, parse_scenario, run_scenario, write_outputs
 
@@ -52,5 +53,5 @@ def run(args: argparse.Namespace) -> int:
         )
     print(f"wrote {outputs.timeline}")
     print(f"wrote {outputs.summary}")
-    print(f"wrote {outputs.plot}")
+    print(f"wrote {outputs.plot}" if outputs.plot is not None else f"no plot.png: {plotting.MISSING}")
     return 0

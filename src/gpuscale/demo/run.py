@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import plotting
 from .cluster import NAMESPACE, SCALED_OBJECT, WORKLOAD, DemoCluster
 from .controller import ControllerSettings, DemoController
 from .errors import DemoError
@@ -353,7 +354,7 @@ def _finish(
     timeline = out / "timeline.csv"
     write_timeline(rows, labels, timeline)
     plot: Path | None = None
-    if rows:
+    if rows and plotting.available():
         plot = out / "demo.png"
         title = f"gpuscale demo, pattern {settings.pattern}, profile {settings.profile}"
         plot_timeline(rows, labels, title, plot)

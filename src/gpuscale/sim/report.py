@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import plotting
 from .engine import Timeline, simulate
 from .scenario import Scenario
 from .summary import Summary, summarize
@@ -42,7 +43,7 @@ class Result:
 class Outputs:
     timeline: Path
     summary: Path
-    plot: Path
+    plot: Path | None  # None without matplotlib (the ``plots`` extra)
 
 
 def run_scenario(scenario: Scenario) -> Result:
@@ -89,6 +90,8 @@ def write_outputs(result: Result, out_dir: Path) -> Outputs:
         "policies": {s.policy: s.as_dict() for s in result.summaries},
     }
     summary_path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    if not plotting.available():
+        return Outputs(timeline_path, summary_path, None)
     from .plot import plot_result  # matplotlib is imported only when plotting
 
     plot_path = out_dir / "plot.png"
