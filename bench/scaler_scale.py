@@ -14,8 +14,9 @@ Setup (all on loopback, one machine):
   (`podSelector: app=wN`, workload scope, avg of gpu_utilization, default window 10 s);
 * the peer: Prometheus (Debian's package) scraping the same 8,000 GPUs as dcgm-exporter series every 15 s
   from the fleet's /metrics, asked `avg(DCGM_FI_DEV_GPU_UTIL{namespace="ns-N", pod=~"wN-.*"})` over HTTP.
-Latency: one call at a time from this process (grpc sync client; HTTP keep-alive client for Prometheus);
-also `grpc.health.v1.Health/Check` on the same server, the floor of the gRPC stack with no work behind it.
+Latency: one call at a time from this process (grpc sync client; HTTP keep-alive client for Prometheus),
+and from the C++ client; also `grpc.health.v1.Health/Check` on the same server, the floor of the gRPC stack
+with no work behind it.
 Throughput: `bench/load/grpc_load.cc` (C++, built on first use where g++ and Debian's libgrpc++-dev are
 present) keeps 64 calls in flight on one connection, as KEDA keeps one connection per scaler address, for
 --seconds; then the same for Health/Check (the floor under load). Without it, two Python load processes
@@ -206,6 +207,23 @@ def prometheus_throughput(prom: c.PrometheusServer, workloads: list[int], second
             "prometheus_capacity_queries_per_core_s": round(out["done"] / cpu, 1)}
 
 
+def compiled_latency(port: int, workloads: int, seconds: float = 5.0) -> dict[str, Any] | None:
+    """Latency one call at a time from the C++ client (closer to KEDA's Go client than Python's is), for
+    GetMetrics and for the Health/Check floor; ``None`` where the client does not build."""
+    binary = c.grpc_load_binary()
+    if binary is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        requests = c.write_messages(Path(tmp) / "requests.bin", c.get_metrics_requests(workloads))
+        health = c.write_messages(Path(tmp) / "health.bin", [b""])
+        get = c.grpc_load(binary, port, requests, threads=1, seconds=seconds)
+        floor = c.grpc_load(binary, port, health, threads=1, seconds=seconds,
+                            method="/grpc.health.v1.Health/Check")
+    return {"client": "bench/load/grpc_load.cc, one call at a time", "getmetrics_ms": get["latency_ms"],
+            "getmetrics_calls": get["calls"], "getmetrics_errors": get["errors"],
+            "health_check_ms": floor["latency_ms"]}
+
+
 def single(args: argparse.Namespace) -> dict[str, Any]:
     layout = c.Layout(nodes=1, workloads=1)  # one node, one workload: 4 pods x 2 GPUs = the 8 GPUs
     with c.fleet(layout) as f, c.scaler([f"127.0.0.1:{p}" for p in f["ports"]]) as s:
@@ -213,8 +231,10 @@ def single(args: argparse.Namespace) -> dict[str, Any]:
         deviation = check_values(s["grpc_port"], layout, [0])
         times, errors = grpc_latency(s["grpc_port"], [0], args.calls)
         floor = health_latency(s["grpc_port"], args.calls)
+        compiled = compiled_latency(s["grpc_port"], 1)
     return {"nodes": 1, "gpus": 8, "scaled_objects": 1, "value_error": deviation, "errors": errors,
-            "getmetrics_ms": c.summary_ms(times), "health_check_ms": c.summary_ms(floor)}
+            "getmetrics_ms": c.summary_ms(times), "health_check_ms": c.summary_ms(floor),
+            "compiled_client": compiled}
 
 
 def measure(s: dict[str, Any], layout: c.Layout, args: argparse.Namespace) -> dict[str, Any]:
@@ -236,6 +256,7 @@ def measure(s: dict[str, Any], layout: c.Layout, args: argparse.Namespace) -> di
     out["getmetrics_ms"] = c.summary_ms(times)
     out["getmetrics_errors"] = errors
     out["health_check_ms"] = c.summary_ms(health_latency(s["grpc_port"], args.calls))
+    out["compiled_client"] = compiled_latency(s["grpc_port"], args.workloads)
     out["throughput"] = throughput(s["grpc_port"], args.seconds, args.workloads, pid)
     out["scaler_peak_rss_mib"] = round(c.rss_mib(pid, "VmHWM"), 1)
     return out

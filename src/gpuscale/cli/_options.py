@@ -57,9 +57,15 @@ def existing_file(text: str, flag: str) -> Path:
 
 
 def add_server_arguments(
-    parser: argparse.ArgumentParser, *, grpc_port: int, metrics_port: int, grpc_serves: str
+    parser: argparse.ArgumentParser,
+    *,
+    grpc_port: int,
+    metrics_port: int,
+    grpc_serves: str,
+    event_loop: str = "auto",
+    event_loop_why: str = "uvloop when installed, else asyncio's own",
 ) -> None:
-    """``--grpc-address`` and ``--metrics-address``, as the agent and the scaler both take them."""
+    """``--grpc-address``, ``--metrics-address`` and ``--event-loop``, as the agent and the scaler take."""
     parser.add_argument(
         "--grpc-address",
         default=env("GRPC_ADDRESS", f"0.0.0.0:{grpc_port}"),
@@ -72,8 +78,8 @@ def add_server_arguments(
     )
     parser.add_argument(
         "--event-loop",
-        default=env("EVENT_LOOP", "auto"),
-        help=f"{', '.join(EVENT_LOOPS)} (default auto: uvloop when installed, else asyncio's own)",
+        default=env("EVENT_LOOP", event_loop),
+        help=f"{', '.join(EVENT_LOOPS)} (default {event_loop}: {event_loop_why})",
     )
 
 

@@ -43,7 +43,7 @@ from .metrics import ScalerMetrics
 from .state import ClusterState
 from .subscriber import AgentPool, SubscriberSettings
 
-__all__ = ["WorkerPool", "shard_of"]
+__all__ = ["FrameWriter", "WorkerPool", "shard_of"]
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +221,7 @@ class WorkerPool:
 
 
 # -- the worker's side ---------------------------------------------------------------------------------------
-class _Pipe:
+class FrameWriter:
     """The worker's ``StreamSink`` and ``StreamCounters``: everything goes to stdout as frames, written
     together every ``flush_s`` (so the scaler wakes once per batch, not once per message: its loop's cost per
     message is what the worker is there to save), or at once past ``max_bytes``."""
@@ -271,7 +271,7 @@ async def _work(settings: SubscriberSettings) -> None:
     transport, _ = await loop.connect_write_pipe(asyncio.Protocol, sys.stdout.buffer)
     commands = asyncio.StreamReader(limit=64 * 1024 * 1024)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(commands), sys.stdin.buffer)
-    pipe = _Pipe(transport)
+    pipe = FrameWriter(transport)
     pool = AgentPool(pipe, settings, pipe)
     try:
         while line := await commands.readline():
