@@ -1,21 +1,25 @@
-"""NodePodWatcher against FakeApiServer through the real kubernetes_asyncio client."""
+"""NodePodWatcher against FakeApiServer, through a kubeconfig (the real kubernetes_asyncio client) and as in a
+pod (``InClusterApi``, over TLS): every test runs both ways (``connection`` in conftest.py)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import ApiClient
 
+from gpuscale.kube._http import KubeApi
 from gpuscale.kube.errors import KubeApiError, KubeConfigError
+from gpuscale.kube.incluster import InClusterApi
 from gpuscale.kube.pods import NodePodWatcher, WatchSettings, api_client_from, strip_runtime_prefix
 from gpuscale.model import ContainerRef, PodInfo
-from tests.fakes.apiserver import FakeApiServer, make_pod, write_kubeconfig
+from tests.fakes.apiserver import FakeApiServer, make_pod
 
-from .conftest import until
+from .conftest import service_account, until
 
 NODE = "gpu-node-1"
 CID_A = "containerd://" + "a" * 64
@@ -39,7 +43,7 @@ def sleep() -> FakeSleep:
 
 
 @pytest.fixture
-async def watcher(api: ApiClient, sleep: FakeSleep) -> AsyncIterator[NodePodWatcher]:
+async def watcher(api: KubeApi, sleep: FakeSleep) -> AsyncIterator[NodePodWatcher]:
     w = NodePodWatcher(api, NODE, WatchSettings(page_size=2), sleep=sleep)
     task = asyncio.create_task(w.run())
     try:
@@ -58,7 +62,7 @@ def _relabel(**labels: str) -> Any:
 
 
 async def test_list_then_follow_adds_modifies_deletes(
-    apiserver: FakeApiServer, api: ApiClient, sleep: FakeSleep
+    apiserver: FakeApiServer, api: KubeApi, sleep: FakeSleep
 ) -> None:
     apiserver.add_pod(
         make_pod("ml", "a", node=NODE, uid="uid-a", labels={"app": "a"}, containers={"main": CID_A})
@@ -146,7 +150,7 @@ async def test_410_gone_relists(apiserver: FakeApiServer, watcher: NodePodWatche
 
 
 async def test_errors_back_off_and_recover(
-    apiserver: FakeApiServer, api: ApiClient, sleep: FakeSleep
+    apiserver: FakeApiServer, api: KubeApi, sleep: FakeSleep
 ) -> None:
     apiserver.add_pod(make_pod("ml", "a", node=NODE))
     apiserver.fail_next = [500, 503, 500]
@@ -197,12 +201,14 @@ async def test_large_pod_event_line(apiserver: FakeApiServer, watcher: NodePodWa
     await until(lambda: watcher.pod("ml", "big") is not None)
 
 
-async def test_wrong_token_is_a_401(apiserver: FakeApiServer, tmp_path: Path) -> None:
-    kubeconfig = write_kubeconfig(tmp_path / "kc", apiserver.url, token="wrong")
-    async with await api_client_from(str(kubeconfig), in_cluster=False) as client:
+async def test_wrong_token_is_a_401(connect: Callable[..., Any]) -> None:
+    client = await connect(token="wrong")
+    try:
         w = NodePodWatcher(client, NODE)
         with pytest.raises(KubeApiError) as info:
             await w._list()
+    finally:
+        await client.close()
     assert (info.value.status, info.value.reason) == (401, "Unauthorized")
     assert str(info.value) == "GET /api/v1/pods: HTTP 401 Unauthorized: Unauthorized"
 
@@ -218,3 +224,45 @@ async def test_bad_kubeconfig(tmp_path: Path) -> None:
 )
 def test_strip_runtime_prefix(raw: str, bare: str) -> None:
     assert strip_runtime_prefix(raw) == bare
+
+
+@pytest.mark.parametrize("connection", ["in-cluster"])
+async def test_in_cluster_token_is_read_again_when_the_kubelet_rotates_it(
+    apiserver: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host, port = apiserver.url.removeprefix("https://").rsplit(":", 1)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", host)
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", port)
+    directory = service_account(tmp_path, "s3cret")
+    api = InClusterApi.from_environment(directory)
+    api.token_refresh_s = 0.0  # read the file on every request
+    try:
+        apiserver.add_pod(make_pod("ml", "a", node=NODE))
+        await NodePodWatcher(api, NODE)._list()  # raises KubeApiError on a 401
+        apiserver.token = "rotated"  # the kubelet wrote a new token; the old one is no longer valid
+        (directory / "token").write_text("rotated\n")
+        w = NodePodWatcher(api, NODE)
+        await w._list()
+        assert w.pod("ml", "a") is not None
+    finally:
+        await api.close()
+
+
+def test_in_cluster_without_the_environment_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(KubeConfigError, match="KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set"):
+        InClusterApi.from_environment(tmp_path)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    with pytest.raises(KubeConfigError, match=r"cannot load the in-cluster service account: CA .*ca.crt"):
+        InClusterApi.from_environment(tmp_path)
+
+
+def test_the_agent_and_scaler_do_not_import_kubernetes_asyncio_for_in_cluster_use() -> None:
+    """kubernetes_asyncio.client loads 1,300 modules (~74 MiB): only a kubeconfig needs it."""
+    code = (
+        "import sys, gpuscale.cli.agent, gpuscale.cli.scaler, gpuscale.kube.pods, gpuscale.kube.workloads; "
+        "print(sorted(m for m in sys.modules if m.startswith('kubernetes_asyncio')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"

@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from kubernetes_asyncio.client import ApiClient
 
-from gpuscale.kube._http import get_json
+from gpuscale.kube._http import KubeApi, get_json
 from gpuscale.kube.errors import WorkloadResolutionError
 from gpuscale.kube.workloads import ResolvedWorkload, ScaleTarget, WorkloadResolver
 from tests.fakes.apiserver import FakeApiServer, format_label_selector, make_pod, match_labels
@@ -21,7 +20,7 @@ class Clock:
         return self.now
 
 
-async def test_deployment_default_kind(apiserver: FakeApiServer, api: ApiClient) -> None:
+async def test_deployment_default_kind(apiserver: FakeApiServer, api: KubeApi) -> None:
     apiserver.put_deployment("ml", "web", {"app": "web", "tier": "gpu"})
     apiserver.put_scaled_object("ml", "web-so", {"name": "web"})
     resolver = WorkloadResolver(api)
@@ -33,7 +32,7 @@ async def test_deployment_default_kind(apiserver: FakeApiServer, api: ApiClient)
     )
 
 
-async def test_selector_finds_the_pods(apiserver: FakeApiServer, api: ApiClient) -> None:
+async def test_selector_finds_the_pods(apiserver: FakeApiServer, api: KubeApi) -> None:
     apiserver.put_deployment("ml", "web", {"app": "web"})
     apiserver.put_scaled_object("ml", "so", {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"})
     for i, app in enumerate(["web", "web", "other"]):
@@ -44,7 +43,7 @@ async def test_selector_finds_the_pods(apiserver: FakeApiServer, api: ApiClient)
 
 
 async def test_statefulset_and_custom_resource_with_match_expressions(
-    apiserver: FakeApiServer, api: ApiClient
+    apiserver: FakeApiServer, api: KubeApi
 ) -> None:
     apiserver.put_object(
         "apps/v1",
@@ -84,7 +83,7 @@ async def test_statefulset_and_custom_resource_with_match_expressions(
     assert await resolver.selector("ml", "llm-so") == "app=llm"
 
 
-async def test_ttl_cache_and_shared_inflight(apiserver: FakeApiServer, api: ApiClient) -> None:
+async def test_ttl_cache_and_shared_inflight(apiserver: FakeApiServer, api: KubeApi) -> None:
     apiserver.put_deployment("ml", "web", {"app": "web"})
     apiserver.put_scaled_object("ml", "so", {"name": "web"})
     clock = Clock()
@@ -142,7 +141,7 @@ async def test_ttl_cache_and_shared_inflight(apiserver: FakeApiServer, api: ApiC
     ],
 )
 async def test_errors_name_the_object(
-    apiserver: FakeApiServer, api: ApiClient, setup: str, message: str, status: int
+    apiserver: FakeApiServer, api: KubeApi, setup: str, message: str, status: int
 ) -> None:
     target = {
         "none": None,

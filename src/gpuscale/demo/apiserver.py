@@ -25,6 +25,7 @@ import contextlib
 import copy
 import json
 import re
+import ssl
 import uuid as uuidlib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -226,7 +227,8 @@ class LocalApiServer:
         self.url = ""
 
     # ----- lifecycle
-    async def start(self) -> str:
+    async def start(self, ssl_context: ssl.SSLContext | None = None) -> str:
+        """Serve on a free loopback port, over TLS with ``ssl_context``; return the URL."""
         app = web.Application(middlewares=[self._middleware])
         app.router.add_get("/api/v1", self._discovery_core)
         app.router.add_get("/apis/{group}/{version}", self._discovery_group)
@@ -244,10 +246,10 @@ class LocalApiServer:
             )
         self._runner = web.AppRunner(app, handle_signals=False, handler_cancellation=True)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=ssl_context)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = f"{'https' if ssl_context else 'http'}://127.0.0.1:{port}"
         return self.url
 
     async def stop(self) -> None:

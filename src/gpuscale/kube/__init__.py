@@ -4,7 +4,8 @@ Modules (import them directly; this package re-exports nothing so that importing
 the others' dependencies):
 
 * ``podresources``: the kubelet PodResources v1 API over its unix socket (``PodResourcesClient``)
-* ``pods``: list+watch of this node's pods via kubernetes_asyncio (``NodePodWatcher``, ``api_client_from``)
+* ``pods``: list+watch of this node's pods (``NodePodWatcher``, ``api_client_from``: the service account in a
+  pod, ``incluster.py``, else a kubeconfig through kubernetes_asyncio)
 * ``workloads``: ScaledObject → scale target → ``/scale`` label selector (``WorkloadResolver``)
 * ``cgroup``: ``/proc/<pid>/cgroup`` → pod UID and container id (``container_of_pid``)
 * ``errors``: the domain errors of this layer

@@ -1,5 +1,6 @@
-"""Raw JSON GETs through a kubernetes_asyncio ``ApiClient`` (its configuration, TLS and bearer token), without
-its model classes: gpuscale reads a few fields of a few objects, and a node's pod list is large.
+"""Raw JSON GETs through a ``KubeApi``: in a pod, an ``InClusterApi`` (the service account, plain aiohttp);
+from a kubeconfig, a kubernetes_asyncio ``ApiClient`` (its configuration, TLS and credentials), without its
+model classes either way: gpuscale reads a few fields of a few objects, and a node's pod list is large.
 
 The one place where kubernetes_asyncio and aiohttp exceptions, and API ``Status`` answers, become
 ``KubeApiError``.
@@ -10,17 +11,20 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
 import aiohttp
-from kubernetes_asyncio.client import ApiClient
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from .errors import KubeApiError
+from .incluster import InClusterApi
 
-__all__ = ["Json", "get_json", "iter_lines", "open_stream"]
+if TYPE_CHECKING:
+    from kubernetes_asyncio.client import ApiClient
+
+__all__ = ["Json", "KubeApi", "get_json", "iter_lines", "open_stream"]
 
 Json = dict[str, Any]
+KubeApi = Union["ApiClient", InClusterApi]  # what api_client_from gives: close() it when done
 _TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError)
 
 
@@ -29,22 +33,15 @@ def _describe(e: BaseException) -> str:
 
 
 async def _request(
-    api: ApiClient, path: str, query: Sequence[tuple[str, str]], timeout: aiohttp.ClientTimeout
+    api: KubeApi, path: str, query: Sequence[tuple[str, str]], timeout: aiohttp.ClientTimeout
 ) -> aiohttp.ClientResponse:
-    try:
-        response: aiohttp.ClientResponse = await api.call_api(
-            path,
-            "GET",
-            query_params=list(query),
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=timeout,
-        )
-    except ApiException as e:
-        raise KubeApiError(path, int(e.status or 0), str(e.reason or ""), str(e.body or "")) from e
-    except _TRANSPORT_ERRORS as e:
-        raise KubeApiError(path, 0, "", _describe(e)) from e
+    if isinstance(api, InClusterApi):
+        try:
+            response = await api.get(path, query, timeout)
+        except _TRANSPORT_ERRORS as e:
+            raise KubeApiError(path, 0, "", _describe(e)) from e
+    else:
+        response = await _request_client(api, path, query, timeout)
     if response.status >= 300:
         try:
             body = await response.read()
@@ -63,8 +60,30 @@ async def _request(
     return response
 
 
+async def _request_client(
+    api: ApiClient, path: str, query: Sequence[tuple[str, str]], timeout: aiohttp.ClientTimeout
+) -> aiohttp.ClientResponse:
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    try:
+        response: aiohttp.ClientResponse = await api.call_api(
+            path,
+            "GET",
+            query_params=list(query),
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=timeout,
+        )
+    except ApiException as e:
+        raise KubeApiError(path, int(e.status or 0), str(e.reason or ""), str(e.body or "")) from e
+    except _TRANSPORT_ERRORS as e:
+        raise KubeApiError(path, 0, "", _describe(e)) from e
+    return response
+
+
 async def get_json(
-    api: ApiClient, path: str, query: Sequence[tuple[str, str]] = (), *, timeout: float = 30.0
+    api: KubeApi, path: str, query: Sequence[tuple[str, str]] = (), *, timeout: float = 30.0
 ) -> Json:
     """``GET path?query`` → the JSON object answered; ``KubeApiError`` for anything else."""
     response = await _request(api, path, query, aiohttp.ClientTimeout(total=timeout))
@@ -84,7 +103,7 @@ async def get_json(
 
 
 async def open_stream(
-    api: ApiClient,
+    api: KubeApi,
     path: str,
     query: Sequence[tuple[str, str]],
     *,

@@ -18,13 +18,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes_asyncio import config as kube_config
-from kubernetes_asyncio.client import ApiClient, Configuration
-from kubernetes_asyncio.config.config_exception import ConfigException
-
 from ..model import ContainerRef, PodInfo
-from ._http import Json, get_json, iter_lines, open_stream
+from ._http import Json, KubeApi, get_json, iter_lines, open_stream
 from .errors import KubeApiError, KubeConfigError
+from .incluster import InClusterApi
 
 __all__ = ["NodePodWatcher", "PodKey", "WatchSettings", "api_client_from", "strip_runtime_prefix"]
 
@@ -34,18 +31,21 @@ PodKey = tuple[str, str]  # (namespace, name)
 _PODS_PATH = "/api/v1/pods"
 
 
-async def api_client_from(kubeconfig: str | None, in_cluster: bool) -> ApiClient:
-    """An ``ApiClient`` for the in-cluster service account, or a kubeconfig file (``None``: ``$KUBECONFIG``,
-    then ``~/.kube/config``). The caller closes it."""
+async def api_client_from(kubeconfig: str | None, in_cluster: bool) -> KubeApi:
+    """The Kubernetes API: in a pod, through its service account (``InClusterApi``, no kubernetes_asyncio);
+    else through a kubeconfig file (``None``: ``$KUBECONFIG``, then ``~/.kube/config``) with
+    kubernetes_asyncio, imported only then. The caller closes it."""
+    if in_cluster:
+        return InClusterApi.from_environment()
+    from kubernetes_asyncio import config as kube_config
+    from kubernetes_asyncio.client import ApiClient, Configuration
+    from kubernetes_asyncio.config.config_exception import ConfigException
+
     configuration = Configuration()
     try:
-        if in_cluster:
-            kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        else:
-            await kube_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        await kube_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
     except (ConfigException, OSError) as e:
-        where = "in-cluster service account" if in_cluster else f"kubeconfig {kubeconfig or '(default)'}"
-        raise KubeConfigError(f"cannot load the {where}: {e}") from e
+        raise KubeConfigError(f"cannot load the kubeconfig {kubeconfig or '(default)'}: {e}") from e
     return ApiClient(configuration=configuration)
 
 
@@ -96,7 +96,7 @@ class NodePodWatcher:
 
     def __init__(
         self,
-        api: ApiClient,
+        api: KubeApi,
         node_name: str,
         settings: WatchSettings | None = None,
         *,

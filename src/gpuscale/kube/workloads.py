@@ -13,9 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kubernetes_asyncio.client import ApiClient
-
-from ._http import Json, get_json
+from ._http import Json, KubeApi, get_json
 from .errors import KubeApiError, WorkloadResolutionError
 
 __all__ = ["ResolvedWorkload", "ScaleTarget", "WorkloadResolver"]
@@ -47,7 +45,7 @@ def _api_base(api_version: str) -> str:
 class WorkloadResolver:
     def __init__(
         self,
-        api: ApiClient,
+        api: KubeApi,
         *,
         ttl_s: float = 30.0,
         request_timeout_s: float = 10.0,

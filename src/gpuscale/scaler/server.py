@@ -77,7 +77,7 @@ def _split(address: str) -> tuple[str, int]:
 
 class Scaler:
     """``start`` binds (port 0 picks a free port: ``grpc_port``, ``metrics_port``); ``stop`` ends it all.
-    ``api`` (a kubernetes_asyncio ``ApiClient``) is used as given, else made from the settings, else none:
+    ``api`` (a ``kube._http.KubeApi``) is used as given, else made from the settings, else none:
     then workload scope needs ``podSelector``."""
 
     def __init__(
