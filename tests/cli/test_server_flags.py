@@ -58,3 +58,31 @@ def test_scaler_refuses_a_bad_ingest_workers_count(value: str) -> None:
     )
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip() == f'gpuscale: error: --ingest-workers "{value}" must be a whole number, 0 or more'
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["agent", "--backend", "mock"], "agent"),
+        (["--log-level", "debug", "scaler"], "scaler"),
+        (["--log-level=debug", "demo"], "demo"),
+        (["--version"], None),
+        (["agnt"], None),
+        ([], None),
+    ],
+)
+def test_command_in(argv: list[str], command: str | None) -> None:
+    from gpuscale.cli import command_in
+
+    assert command_in(argv) == command
+
+
+def test_the_agent_does_not_load_the_other_commands() -> None:
+    """``gpuscale agent`` runs on every GPU node: the simulator, demo and renderer stay out of its memory."""
+    code = (
+        "import sys; from gpuscale.cli import build_parser; build_parser(['--log-level', 'info', 'agent']); "
+        "print(sorted(m for m in sys.modules if m.startswith(('gpuscale.sim', 'gpuscale.demo', "
+        "'gpuscale.render', 'gpuscale.cli.scaler', 'gpuscale.cli.simulate', 'matplotlib'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
