@@ -32,10 +32,11 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import signal
 import sys
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from .._proto import agent_pb2
 from ..lifecycle import within
@@ -224,14 +225,27 @@ class WorkerPool:
 class FrameWriter:
     """The worker's ``StreamSink`` and ``StreamCounters``: everything goes to stdout as frames, written
     together every ``flush_s`` (so the scaler wakes once per batch, not once per message: its loop's cost per
-    message is what the worker is there to save), or at once past ``max_bytes``."""
+    message is what the worker is there to save), or at once past ``max_bytes``.
+
+    A scaler that stops reading leaves the frames in the pipe's buffer. Past ``max_backlog`` bytes the worker
+    gives up (``on_backlog``, by default: exit): dropping messages would leave the scaler's view wrong in
+    ways it cannot see, while a worker restarted by the scaler starts over from fresh snapshots, its nodes
+    stale (``UNAVAILABLE``) meanwhile."""
 
     def __init__(
-        self, transport: asyncio.WriteTransport, flush_s: float = 0.01, max_bytes: int = 1 << 20
+        self,
+        transport: asyncio.WriteTransport,
+        flush_s: float = 0.01,
+        max_bytes: int = 1 << 20,
+        *,
+        max_backlog: int = 256 << 20,
+        on_backlog: Callable[[int], None] | None = None,
     ) -> None:
         self._transport = transport
         self._flush_s = flush_s
         self._max_bytes = max_bytes
+        self._max_backlog = max_backlog
+        self._on_backlog = on_backlog or _exit_on_backlog
         self._buffer = bytearray()
         self._timer: asyncio.TimerHandle | None = None
 
@@ -264,6 +278,19 @@ class FrameWriter:
         if self._buffer and not self._transport.is_closing():
             self._transport.write(bytes(self._buffer))
         self._buffer.clear()
+        backlog = self._transport.get_write_buffer_size()
+        if backlog > self._max_backlog:
+            self._on_backlog(backlog)
+
+
+def _exit_on_backlog(backlog: int) -> None:
+    log.error(
+        "the scaler has not read %d MiB of this worker's messages; exiting so that it restarts the worker "
+        "and starts over from fresh snapshots",
+        backlog >> 20,
+    )
+    logging.shutdown()
+    os._exit(3)  # from a loop callback: nothing to unwind that the scaler needs
 
 
 async def _work(settings: SubscriberSettings) -> None:
