@@ -140,20 +140,25 @@ def smooth(
     ``samples`` are oldest first (as the agents send them and the state keeps them): the walk goes from the
     newest back and stops at the first sample too old to count, so its cost is the window's samples, not
     the whole history. A ``SampleRing`` read for a whole-GPU metric is walked in its columns."""
-    if type(samples) is SampleRing:
-        column = _RING_COLUMN.get(extract)
-        if column is not None:
-            found = samples.smooth_column(column, now, window, stale_after)
-            return None if found is None else Smoothed(*found)
+    if type(samples) is SampleRing and extract in _RING_COLUMN:
+        found = _walk(samples.newest_first(_RING_COLUMN[extract]), now, window, stale_after)
+    else:
+        found = _walk(((s.timestamp, extract(s)) for s in reversed(samples)), now, window, stale_after)
+    return None if found is None else Smoothed(*found)
+
+
+def _walk(
+    newest_first: Iterable[tuple[float, float | None]], now: float, window: float, stale_after: float
+) -> tuple[float, int, float] | None:
+    """``smooth`` over (timestamp, value) pairs, newest first: (value, samples counted, age of the newest)."""
     recent: list[float] = []
     newest_age = -1.0
-    for sample in reversed(samples):
-        age = now - sample.timestamp
+    for timestamp, value in newest_first:
+        age = now - timestamp
         if age < 0.0:
             age = 0.0
         if age > stale_after or (age > window and recent):
             break
-        value = extract(sample)
         if value is None or not -_INF < value < _INF:  # absent, NaN or infinite: does not count
             continue
         if newest_age < 0.0:
@@ -161,10 +166,10 @@ def smooth(
         if age <= window:
             recent.append(value)
         else:  # nothing within the window: the newest fresh sample stands alone
-            return Smoothed(float(value), 1, age)
+            return float(value), 1, age
     if not recent:
         return None
-    return Smoothed(math.fsum(recent) / len(recent), len(recent), newest_age)
+    return math.fsum(recent) / len(recent), len(recent), newest_age
 
 
 def _any_fresh(samples: Sequence[GpuSample], now: float, stale_after: float) -> bool:
@@ -227,7 +232,7 @@ def evaluate(metadata: TriggerMetadata, series: Iterable[GpuSeries], *, now: flo
         seen.add(key)
         found: tuple[float, int, float] | None
         if column is not None and type(samples) is SampleRing:
-            found = samples.smooth_column(column, now, window, stale_after)
+            found = _walk(samples.newest_first(column), now, window, stale_after)
         else:
             extract = whole or extractor(metadata.metric, metadata.share, s.pids)
             result = smooth(samples, extract, now=now, window=window, stale_after=stale_after)

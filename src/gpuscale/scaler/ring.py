@@ -9,12 +9,14 @@ cache lines, and no per-sample object except the (usually empty) tuple of proces
 
 A ring is still a ``Sequence[GpuSample]`` (oldest first): reading it that way builds the samples on demand,
 which is what the slow paths (per-container shares, tests, inspection) use. The fast path is
-``smooth_column``: one field, walked from the newest sample back, exactly as ``aggregate.smooth`` walks
-samples. An absent field is NaN in its column and never counts, as ``None`` never counts in a sample.
+``newest_first``: one field's (timestamp, value) pairs from the newest sample back, which
+``aggregate.smooth`` walks exactly as it walks samples. An absent field is NaN in its column and never
+counts, as ``None`` never counts in a sample.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from array import array
 from collections.abc import Iterator, Sequence
@@ -76,35 +78,17 @@ class SampleRing(Sequence[GpuSample]):
         self.append(sample.timestamp, [_NAN if v is None else float(v) for v in values], sample.processes)
 
     # -- the fast path ---------------------------------------------------------------------------------
-    def smooth_column(
-        self, column: int, now: float, window: float, stale_after: float
-    ) -> tuple[float, int, float] | None:
-        """``aggregate.smooth`` of one column: (value, samples counted, age of the newest), or ``None``."""
-        ts = self._ts
-        col = self._cols[column]
-        last = self.capacity - 1
-        i = self._end
-        recent: list[float] = []
-        newest_age = -1.0
-        for _ in range(self._size):
-            i = i - 1 if i else last
-            age = now - ts[i]
-            if age < 0.0:
-                age = 0.0
-            if age > stale_after or (age > window and recent):
-                break
-            value = col[i]
-            if not -_INF < value < _INF:  # absent (NaN) or infinite: does not count
-                continue
-            if newest_age < 0.0:
-                newest_age = age
-            if age <= window:
-                recent.append(value)
-            else:  # nothing within the window: the newest fresh sample stands alone
-                return value, 1, age
-        if not recent:
-            return None
-        return math.fsum(recent) / len(recent), len(recent), newest_age
+    def newest_first(self, column: int) -> Iterator[tuple[float, float]]:
+        """(timestamp, value) of one column, newest sample first: what ``aggregate.smooth`` walks. The
+        arrays are sliced in C; the walk stops at the first sample too old to count."""
+        end, size, ts, col = self._end, self._size, self._ts, self._cols[column]
+        if size < self.capacity:  # not yet wrapped: the samples are [0, end)
+            return zip(reversed(ts[:end]), reversed(col[:end]), strict=True)
+        return zip(
+            itertools.chain(reversed(ts[:end]), reversed(ts[end:])),
+            itertools.chain(reversed(col[:end]), reversed(col[end:])),
+            strict=True,
+        )
 
     def any_fresh(self, now: float, stale_after: float) -> bool:
         """Whether any sample is at most ``stale_after`` seconds old."""
