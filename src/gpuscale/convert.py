@@ -28,7 +28,6 @@ __all__ = [
     "device_to_pb",
     "pod_from_pb",
     "pod_to_pb",
-    "sample_from_pb",
     "sample_row_from_pb",
     "sample_to_pb",
 ]
@@ -87,23 +86,12 @@ def sample_to_pb(s: GpuSample, owners: Mapping[int, ContainerRef] | None = None)
     return m
 
 
-def sample_from_pb(uuid: str, m: agent_pb2.Sample) -> tuple[GpuSample, dict[int, ContainerRef]]:
-    """The sample, and the container of each of its processes that the agent could tell."""
-    owners: dict[int, ContainerRef] = {}
-    procs = []
-    for p in m.processes:
-        procs.append(ProcessSample(p.pid, _opt(p, "used_memory_bytes"), _opt(p, "sm_utilization")))
-        if p.pod:
-            owners[p.pid] = ContainerRef(p.namespace, p.pod, p.container)
-    values = {name: _opt(m, name) for name in SAMPLE_FIELDS}
-    return GpuSample(uuid=uuid, timestamp=m.timestamp, processes=tuple(procs), **values), owners
-
-
 def sample_row_from_pb(
     m: agent_pb2.Sample,
 ) -> tuple[tuple[float, ...], tuple[ProcessSample, ...], dict[int, ContainerRef]]:
-    """``sample_from_pb`` for the scaler's hot path: the values in ``SAMPLE_FIELDS`` order as floats, NaN
-    where absent (written out field by field: it runs for every sample of every GPU the scaler follows)."""
+    """A sample as the scaler keeps it (a ``SampleRing`` row): the values in ``SAMPLE_FIELDS`` order as
+    floats, NaN where absent (written out field by field: it runs for every sample of every GPU the scaler
+    follows), its processes, and the container of each process that the agent could tell."""
     has = m.HasField
     values = (
         m.gpu_utilization if has("gpu_utilization") else _NAN,

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuscale._proto import agent_pb2
-from gpuscale.convert import sample_from_pb, sample_row_from_pb, sample_to_pb
+from gpuscale.convert import sample_row_from_pb, sample_to_pb
 from gpuscale.model import SAMPLE_FIELDS, ContainerRef, GpuSample, ProcessSample
 from gpuscale.scaler import GpuSeries, NoDataError, evaluate, extractor, parse_metadata, smooth
 from gpuscale.scaler.ring import SampleRing
@@ -161,12 +161,11 @@ def test_container_share_reads_processes_from_the_ring() -> None:
 
 
 @given(samples())
-def test_sample_row_from_pb_matches_sample_from_pb(sample: GpuSample) -> None:
+def test_a_sample_crosses_the_wire_into_the_ring_unchanged(sample: GpuSample) -> None:
     owners = {p.pid: ContainerRef("ns", f"pod-{p.pid % 3}", "main") for p in sample.processes if p.pid % 2}
     m = agent_pb2.Sample.FromString(sample_to_pb(sample, owners).SerializeToString())
-    plain, plain_owners = sample_from_pb("GPU-0", m)
     values, processes, row_owners = sample_row_from_pb(m)
-    ring = SampleRing("GPU-0", 1)
+    ring = SampleRing(sample.uuid, 1)
     ring.append(m.timestamp, values, processes)
-    assert same(ring[0], plain)
-    assert row_owners == plain_owners
+    assert same(ring[0], sample)
+    assert row_owners == owners
