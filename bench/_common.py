@@ -501,16 +501,18 @@ def write_messages(path: Path, messages: Sequence[bytes]) -> Path:
     return path
 
 
-def get_metrics_requests(workloads: int) -> list[bytes]:
+def get_metrics_request(workload: int) -> Any:
+    """The ``GetMetricsRequest`` KEDA sends for workload ``workload``'s ScaledObject."""
     from gpuscale._proto import externalscaler_pb2 as pb
 
-    out = []
-    for w in range(workloads):
-        name, ns, md = scaled_object(w)
-        ref = pb.ScaledObjectRef(name=name, namespace=ns, scalerMetadata=md)
-        out.append(pb.GetMetricsRequest(scaledObjectRef=ref,
-                                        metricName="gpuscale-gpu-utilization-avg").SerializeToString())
-    return out
+    name, ns, md = scaled_object(workload)
+    ref = pb.ScaledObjectRef(name=name, namespace=ns, scalerMetadata=md)
+    return pb.GetMetricsRequest(scaledObjectRef=ref, metricName="gpuscale-gpu-utilization-avg")
+
+
+def get_metrics_requests(workloads: int) -> list[bytes]:
+    """Every workload's request, serialized (for ``grpc_load``)."""
+    return [get_metrics_request(w).SerializeToString() for w in range(workloads)]
 
 
 def grpc_load(binary: Path, port: int, requests: Path, *, threads: int, seconds: float,
@@ -548,14 +550,9 @@ async def run_load(port: int, seconds: float, concurrency: int, workloads: int) 
     import grpc
     import grpc.aio
 
-    from gpuscale._proto import externalscaler_pb2 as pb
     from gpuscale._proto import externalscaler_pb2_grpc as pb_grpc
 
-    requests = []
-    for w in range(workloads):
-        name, ns, md = scaled_object(w)
-        ref = pb.ScaledObjectRef(name=name, namespace=ns, scalerMetadata=md)
-        requests.append(pb.GetMetricsRequest(scaledObjectRef=ref, metricName="gpuscale-gpu-utilization-avg"))
+    requests = [get_metrics_request(w) for w in range(workloads)]
     calls = errors = 0
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
         stub = pb_grpc.ExternalScalerStub(ch)

@@ -68,11 +68,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             apply_times.append(t3 - t2)
     clock = now + 0.5
     service = ExternalScalerService(state, clock=lambda: clock)
-    requests = []
-    for w in range(args.workloads):
-        name, ns, md = c.scaled_object(w)
-        ref = pb.ScaledObjectRef(name=name, namespace=ns, scalerMetadata=md)
-        requests.append(pb.GetMetricsRequest(scaledObjectRef=ref, metricName="gpuscale-gpu-utilization-avg"))
+    requests = [c.get_metrics_request(w) for w in range(args.workloads)]
     context = _Context()
 
     async def calls() -> tuple[list[float], list[float], float]:

@@ -50,14 +50,9 @@ import _common as c
 def grpc_latency(port: int, workloads: list[int], calls: int, warmup: int = 300) -> tuple[list[float], int]:
     import grpc
 
-    from gpuscale._proto import externalscaler_pb2 as pb
     from gpuscale._proto import externalscaler_pb2_grpc as pb_grpc
 
-    requests = []
-    for w in workloads:
-        name, ns, md = c.scaled_object(w)
-        ref = pb.ScaledObjectRef(name=name, namespace=ns, scalerMetadata=md)
-        requests.append(pb.GetMetricsRequest(scaledObjectRef=ref, metricName="gpuscale-gpu-utilization-avg"))
+    requests = [c.get_metrics_request(w) for w in workloads]
     times: list[float] = []
     errors = 0
     with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
