@@ -19,7 +19,7 @@ from gpuscale.kube.pods import NodePodWatcher, WatchSettings, api_client_from, s
 from gpuscale.model import ContainerRef, PodInfo
 from tests.fakes.apiserver import FakeApiServer, make_pod
 
-from .conftest import service_account, until
+from .conftest import until
 
 NODE = "gpu-node-1"
 CID_A = "containerd://" + "a" * 64
@@ -228,19 +228,16 @@ def test_strip_runtime_prefix(raw: str, bare: str) -> None:
 
 @pytest.mark.parametrize("connection", ["in-cluster"])
 async def test_in_cluster_token_is_read_again_when_the_kubelet_rotates_it(
-    apiserver: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    apiserver: FakeApiServer, connect: Callable[..., Any], tmp_path: Path
 ) -> None:
-    host, port = apiserver.url.removeprefix("https://").rsplit(":", 1)
-    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", host)
-    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", port)
-    directory = service_account(tmp_path, "s3cret")
-    api = InClusterApi.from_environment(directory)
+    api = await connect()
+    assert isinstance(api, InClusterApi)
     api.token_refresh_s = 0.0  # read the file on every request
     try:
         apiserver.add_pod(make_pod("ml", "a", node=NODE))
         await NodePodWatcher(api, NODE)._list()  # raises KubeApiError on a 401
         apiserver.token = "rotated"  # the kubelet wrote a new token; the old one is no longer valid
-        (directory / "token").write_text("rotated\n")
+        (tmp_path / "serviceaccount" / "token").write_text("rotated\n")
         w = NodePodWatcher(api, NODE)
         await w._list()
         assert w.pod("ml", "a") is not None

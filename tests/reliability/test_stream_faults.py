@@ -10,6 +10,9 @@ what KEDA sees.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -168,5 +171,15 @@ def test_shards_are_stable_and_spread() -> None:
     counts = [0, 0, 0, 0]
     for a in addresses:
         counts[shard_of(a, 4)] += 1
-    assert [shard_of(a, 4) for a in addresses] == [shard_of(a, 4) for a in addresses]
     assert min(counts) > 200  # 250 each if perfectly even
+    # the same in another process with another string-hash seed: a restarted scaler, or a second replica
+    code = (
+        "from gpuscale.scaler.ingest import shard_of; "
+        "print([shard_of(f'10.0.{k // 250}.{k % 250}:6000', 4) for k in range(1000)])"
+    )
+    for seed in ("1", "2"):
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        )
+        assert out.stdout.strip() == str([shard_of(a, 4) for a in addresses])

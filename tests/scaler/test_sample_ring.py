@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from typing import get_args
 
 import pytest
 from hypothesis import given, settings
@@ -13,18 +14,11 @@ from gpuscale._proto import agent_pb2
 from gpuscale.convert import sample_row_from_pb, sample_to_pb
 from gpuscale.model import SAMPLE_FIELDS, ContainerRef, GpuSample, ProcessSample
 from gpuscale.scaler import GpuSeries, NoDataError, evaluate, extractor, parse_metadata, smooth
+from gpuscale.scaler.profiles import Metric
 from gpuscale.scaler.ring import SampleRing
 
 NOW = 10_000.0
-METRICS = [
-    "gpu_utilization",
-    "memory_utilization",
-    "memory_used",
-    "memory_used_percent",
-    "temperature",
-    "power",
-    "power_percent",
-]
+METRICS = list(get_args(Metric))  # every metric a trigger can name
 
 _real = st.one_of(
     st.none(),
