@@ -94,6 +94,26 @@ async def test_feed_wakes_only_for_its_gpus_or_namespace() -> None:
     assert state.feeds == 0
 
 
+async def test_feed_follows_a_new_set_of_gpus_and_leaves_nothing_behind_when_closed() -> None:
+    state = ClusterState()
+    state.apply(msg(SNAP, "n1", [gpu("g1", 50), gpu("g2", 1)]))
+    pool = Query("pool", node_selector=parse_selector("kubernetes.io/hostname=n1"))
+    feed = state.feed(pool)
+    feed.follow(frozenset({"g1"}))
+    feed.follow(frozenset({"g2"}))  # the stream's selection changed
+    feed.event.clear()
+    state.apply(msg(UPD, "n1", [gpu("g1", 51)]))
+    assert not feed.event.is_set()
+    state.apply(msg(UPD, "n1", [gpu("g2", 2)]))
+    assert feed.event.is_set()
+    feed.close()
+    feed.close()  # twice is harmless
+    feed.event.clear()
+    state.apply(msg(UPD, "n1", [gpu("g2", 3)]))
+    assert not feed.event.is_set()
+    assert state.feeds == 0 and not state._feeds_by_uuid and not state._feeds_by_ns  # no index entry leaks
+
+
 def test_pool_scope_matches_node_labels() -> None:
     state = ClusterState()
     state.apply(msg(SNAP, "n1", [gpu("g1", 50)], {}))

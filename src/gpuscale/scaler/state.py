@@ -84,6 +84,7 @@ class _Feed:
         self.event = asyncio.Event()
 
     def follow(self, uuids: frozenset[str]) -> None:
+        self._state._index_feed(self, self.uuids, uuids)
         self.uuids = uuids
 
     async def wait(self) -> None:
@@ -91,7 +92,7 @@ class _Feed:
         self.event.clear()
 
     def close(self) -> None:
-        self._state._feeds.discard(self)
+        self._state._unindex_feed(self)
 
 
 class ClusterState:
@@ -109,6 +110,9 @@ class ClusterState:
         self._version = 0  # bumped when a node is replaced, added or forgotten
         self._cache: dict[Query, tuple[int, int, Selection]] = {}
         self._feeds: set[_Feed] = set()
+        # who to wake, by GPU and by namespace: an update looks up its GPUs, not every open stream
+        self._feeds_by_uuid: dict[str, set[_Feed]] = {}
+        self._feeds_by_ns: dict[str, set[_Feed]] = {}
         self.updates = 0
 
     # -- reading ---------------------------------------------------------------------------------------
@@ -170,7 +174,23 @@ class ClusterState:
     def feed(self, query: Query) -> _Feed:
         f = _Feed(self, query)
         self._feeds.add(f)
+        if f.namespace is not None:
+            self._feeds_by_ns.setdefault(f.namespace, set()).add(f)
         return f
+
+    def _index_feed(self, f: _Feed, old: frozenset[str], new: frozenset[str]) -> None:
+        for uuid in old - new:
+            _discard(self._feeds_by_uuid, uuid, f)
+        for uuid in new - old:
+            self._feeds_by_uuid.setdefault(uuid, set()).add(f)
+
+    def _unindex_feed(self, f: _Feed) -> None:
+        if f not in self._feeds:
+            return
+        self._feeds.discard(f)
+        self._index_feed(f, f.uuids, frozenset())
+        if f.namespace is not None:
+            _discard(self._feeds_by_ns, f.namespace, f)
 
     def node_labels(self, node: str) -> Mapping[str, str]:
         return self._node_labels.get(node) or {_HOSTNAME_LABEL: node}
@@ -348,6 +368,22 @@ class ClusterState:
         self._wake(set(), set(), True)
 
     def _wake(self, uuids: set[str], namespaces: set[str], everything: bool) -> None:
-        for f in self._feeds:
-            if everything or f.namespace in namespaces or not f.uuids.isdisjoint(uuids):
-                f.event.set()
+        if everything:
+            woken: Iterable[_Feed] = self._feeds
+        else:
+            found: set[_Feed] = set()
+            for ns in namespaces:
+                found.update(self._feeds_by_ns.get(ns, ()))
+            for uuid in uuids:
+                found.update(self._feeds_by_uuid.get(uuid, ()))
+            woken = found
+        for f in woken:
+            f.event.set()
+
+
+def _discard(index: dict[str, set[_Feed]], key: str, f: _Feed) -> None:
+    held = index.get(key)
+    if held is not None:
+        held.discard(f)
+        if not held:
+            del index[key]
