@@ -5,7 +5,8 @@ bench/scaler_scale.py (1,000 nodes x 8 GPUs, 500 ScaledObjects, 120 s of history
 
 The peer, measured in the same run: the bare decode of the same agent message (``NodeUpdate.FromString``),
 which no implementation can skip, and the bare construction of the same answer (``GetMetricsResponse``).
-Writes bench/results/scaler-cost.json.
+``--streams N`` keeps N StreamIsActive feeds open while the updates apply (KEDA's external-push keeps one
+per ScaledObject), each woken by its workload's GPUs. Writes bench/results/scaler-cost.json.
 """
 
 from __future__ import annotations
@@ -46,10 +47,15 @@ def build(layout: c.Layout, history: int) -> tuple[Any, list[Any], float]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from gpuscale._proto import agent_pb2
     from gpuscale._proto import externalscaler_pb2 as pb
+    from gpuscale.scaler.selector import parse_selector
     from gpuscale.scaler.service import ExternalScalerService
+    from gpuscale.scaler.source import Query
 
     layout = c.Layout(nodes=args.nodes, workloads=args.workloads)
     state, updates, now = build(layout, args.history)
+    for w in range(args.streams):  # open StreamIsActive streams, each following its workload's GPUs
+        query = Query("workload", c.namespace_of(w), parse_selector(f"app=w{w}"))
+        state.feed(query).follow(state.select(query).uuids)
     wire = [u.SerializeToString() for u in updates]
     # fill the history: one update per node per second, as the agents send them
     apply_times: list[float] = []
@@ -94,7 +100,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     times, peer, worst = asyncio.run(calls())
     return {
         "nodes": args.nodes, "gpus": args.nodes * c.GPUS_PER_NODE, "scaled_objects": args.workloads,
-        "history_s": args.history,
+        "history_s": args.history, "open_streams": args.streams,
         "apply_update_us": c.summary_us(apply_times),
         "decode_update_us": c.summary_us(decode_times),
         "apply_cores_at_1000_updates_per_s": round(sum(apply_times) / len(apply_times) * 1000, 3),
@@ -110,6 +116,8 @@ def main() -> int:
     ap.add_argument("--workloads", type=int, default=500)
     ap.add_argument("--history", type=int, default=120)
     ap.add_argument("--calls", type=int, default=20000)
+    ap.add_argument("--streams", type=int, default=0,
+                    help="StreamIsActive feeds open while updates apply (one per workload)")
     ap.add_argument("--out")
     args = ap.parse_args()
     result = {"benchmark": "scaler-cost", "machine": c.machine(), "scale": run(args)}
