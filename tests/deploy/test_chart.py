@@ -115,7 +115,7 @@ def test_agent_gpu_settings(rendered: dict[str, dict[str, str]]) -> None:
 def test_rbac_is_least_privilege(rendered: dict[str, dict[str, str]]) -> None:
     objs = objects(rendered["default"])
     assert find(objs, "ClusterRole", "gpuscale-agent")["rules"] == [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["get", "list", "watch"]},
     ]
     assert find(objs, "ClusterRole", "gpuscale-scaler")["rules"] == [
         {"apiGroups": ["keda.sh"], "resources": ["scaledobjects"], "verbs": ["get", "list", "watch"]},

@@ -1,5 +1,5 @@
-"""A small cluster on loopback: real agents on the mock backend (each with its FakeKubelet and a pod watcher on
-the FakeApiServer), a real scaler following them, and an async client that calls it the way KEDA does."""
+"""A small cluster on loopback: real agents on the mock backend (each with its FakeKubelet, and watchers of its
+pods and of its Node on the FakeApiServer), a real scaler following them, and an async client that calls it the way KEDA does."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from gpuscale.agent.service import Agent
 from gpuscale.agent.settings import AgentSettings
 from gpuscale.backends.mock import MockBackend, MockConfig
 from gpuscale.backends.patterns import parse_patterns
+from gpuscale.kube.nodes import NodeLabelWatcher
 from gpuscale.kube.pods import NodePodWatcher, WatchSettings, api_client_from
 from gpuscale.scaler.server import Scaler, ScalerSettings
 from gpuscale.scaler.subscriber import SubscriberSettings
@@ -76,7 +77,8 @@ class Cluster:
         if old is None:
             await kubelet.start()
         api = await api_client_from(str(self.kubeconfig), in_cluster=False)
-        pods = NodePodWatcher(api, name, WatchSettings(backoff_initial_s=0.05, backoff_max_s=0.5))
+        watch = WatchSettings(backoff_initial_s=0.05, backoff_max_s=0.5)
+        pods = NodePodWatcher(api, name, watch)
         base = AgentSettings(
             node_name=name,
             interval=0.1,
@@ -87,7 +89,7 @@ class Cluster:
             history_seconds=10.0,
         )
         backend = MockBackend(MockConfig(gpus=gpus, patterns=parse_patterns(patterns), node=name))
-        agent = Agent(replace(base, **settings), backend, pods=pods)
+        agent = Agent(replace(base, **settings), backend, pods=pods, node=NodeLabelWatcher(api, name, watch))
         await agent.start()
         node = Node(name, agent, kubelet, api, patterns, gpus)
         self.nodes[name] = node

@@ -125,6 +125,46 @@ def test_pool_scope_matches_node_labels() -> None:
     assert state.select(by_name).uuids == {"g1"}
 
 
+def with_labels(m: agent_pb2.NodeUpdate, labels: dict[str, str]) -> agent_pb2.NodeUpdate:
+    m.node_labels.update(labels)
+    m.node_labels_changed = m.kind == UPD
+    return m
+
+
+def test_node_labels_arrive_with_the_stream() -> None:
+    """Labels come in a snapshot and in updates that say they changed; a snapshot without labels (an agent that
+    has not read its Node yet) keeps what was known; an update that says they changed to none resets them."""
+    state = ClusterState()
+    h200 = Query("pool", node_selector=parse_selector("pool=h200,!spot"))
+    state.apply(with_labels(msg(SNAP, "n1", [gpu("g1", 50)]), {"pool": "h200"}))
+    state.apply(msg(SNAP, "n2", [gpu("g2", 50)]))
+    assert state.select(h200).uuids == {"g1"}
+    feed = state.feed(h200)
+    feed.follow(state.select(h200).uuids)
+    feed.event.clear()
+
+    state.apply(with_labels(msg(UPD, "n2", []), {"pool": "h200"}))
+    assert feed.event.is_set()  # a pool's stream wakes when a node joins it
+    assert state.select(h200).uuids == {"g1", "g2"}
+    assert state.node_labels("n2") == {"kubernetes.io/hostname": "n2", "pool": "h200"}
+
+    feed.event.clear()
+    state.apply(with_labels(msg(UPD, "n1", []), {"pool": "h200", "spot": "true"}))
+    assert feed.event.is_set()
+    assert state.select(h200).uuids == {"g2"}
+    state.apply(msg(UPD, "n2", [gpu("g2", 60)]))  # samples alone leave the labels be
+    assert state.select(h200).uuids == {"g2"}
+
+    state.apply(msg(SNAP, "n2", [gpu("g2", 50)], agent="a2"))  # the agent restarted; no labels yet
+    assert state.select(h200).uuids == {"g2"}
+    m = msg(UPD, "n2", [], agent="a2")
+    m.node_labels_changed = True  # its Node was deleted
+    state.apply(m)
+    assert state.select(h200).uuids == set()
+    assert state.node_labels("n2") == {"kubernetes.io/hostname": "n2"}
+    feed.close()
+
+
 async def test_dns_discovery() -> None:
     async def resolver(name: str, port: int, **kw: Any) -> list[tuple[Any, ...]]:
         assert (name, port) == ("agents.svc", 6000)

@@ -66,6 +66,26 @@ class NodeUpdate(_message.Message):
     UPDATE: NodeUpdate.Kind.ValueType  # 2
     """adds to the last snapshot"""
 
+    @_typing.final
+    class NodeLabelsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     KIND_FIELD_NUMBER: _builtins.int
     NODE_NAME_FIELD_NUMBER: _builtins.int
     AGENT_ID_FIELD_NUMBER: _builtins.int
@@ -75,6 +95,8 @@ class NodeUpdate(_message.Message):
     GPUS_FIELD_NUMBER: _builtins.int
     PODS_FIELD_NUMBER: _builtins.int
     PODS_CHANGED_FIELD_NUMBER: _builtins.int
+    NODE_LABELS_FIELD_NUMBER: _builtins.int
+    NODE_LABELS_CHANGED_FIELD_NUMBER: _builtins.int
     kind: Global___NodeUpdate.Kind.ValueType
     node_name: _builtins.str
     agent_id: _builtins.str
@@ -85,6 +107,7 @@ class NodeUpdate(_message.Message):
     """Unix seconds"""
     interval_seconds: _builtins.float
     pods_changed: _builtins.bool
+    node_labels_changed: _builtins.bool
     @_builtins.property
     def gpus(self) -> _containers.RepeatedCompositeFieldContainer[Global___GpuState]:
         """SNAPSHOT: every GPU. UPDATE: the GPUs with new samples or a changed state."""
@@ -92,6 +115,13 @@ class NodeUpdate(_message.Message):
     @_builtins.property
     def pods(self) -> _containers.RepeatedCompositeFieldContainer[Global___Pod]:
         """Present (and complete) in a SNAPSHOT, and in an UPDATE when pods_changed is set."""
+
+    @_builtins.property
+    def node_labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """The node's labels, from the Kubernetes API (for the scaler's `pool` scope). Present (and complete) in a
+        SNAPSHOT and in an UPDATE when node_labels_changed is set; empty while the agent cannot read its Node
+        (no API access yet), and the scaler then knows only kubernetes.io/hostname=<node_name>.
+        """
 
     def __init__(
         self,
@@ -105,10 +135,12 @@ class NodeUpdate(_message.Message):
         gpus: _abc.Iterable[Global___GpuState] | None = ...,
         pods: _abc.Iterable[Global___Pod] | None = ...,
         pods_changed: _builtins.bool = ...,
+        node_labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        node_labels_changed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "gpus", b"gpus", "interval_seconds", b"interval_seconds", "kind", b"kind", "node_name", b"node_name", "pods", b"pods", "pods_changed", b"pods_changed", "sent_at", b"sent_at", "sequence", b"sequence"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "gpus", b"gpus", "interval_seconds", b"interval_seconds", "kind", b"kind", "node_labels", b"node_labels", "node_labels_changed", b"node_labels_changed", "node_name", b"node_name", "pods", b"pods", "pods_changed", b"pods_changed", "sent_at", b"sent_at", "sequence", b"sequence"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

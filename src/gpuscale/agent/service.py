@@ -34,9 +34,21 @@ from .settings import AgentSettings
 from .state import NodeState
 from .watch import WatchService
 
-__all__ = ["Agent", "PodSource"]
+__all__ = ["Agent", "NodeLabelSource", "PodSource"]
 
 log = logging.getLogger(__name__)
+
+
+class NodeLabelSource(Protocol):
+    """This node's labels (the Kubernetes API watcher of its Node implements it)."""
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+
+    async def run(self) -> None: ...
 
 
 class PodSource(Protocol):
@@ -67,6 +79,7 @@ class Agent:
         backend: Backend,
         *,
         pods: PodSource | None = None,
+        node: NodeLabelSource | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
@@ -77,6 +90,8 @@ class Agent:
         self.sampler = Sampler(backend, read_timeout=settings.read_timeout, clock=clock)
         self.pods = pods
         self._pods_seen = -1
+        self.node = node
+        self._node_seen = -1
         self._owners = OwnerResolver(settings.proc_root, pods)
         self._clock = clock
         self.registry.register(
@@ -122,6 +137,8 @@ class Agent:
         self._tasks.append(asyncio.create_task(self._loop("attribution", self._attribute_forever)))
         if self.pods is not None:
             self._tasks.append(asyncio.create_task(self._loop("pod watch", self.pods.run)))
+        if self.node is not None:
+            self._tasks.append(asyncio.create_task(self._loop("node watch", self.node.run)))
 
     async def stop(self) -> None:
         """Stop everything; each step bounded (``gpuscale.lifecycle``), so a stop never hangs."""
@@ -208,9 +225,7 @@ class Agent:
                 log.debug("GPU backend %s still cannot be opened: %s", self.sampler.backend.name, e)
             else:
                 self._open_problem = None
-                log.info(
-                    "GPU backend %s opened: %d GPUs", self.sampler.backend.name, len(self.state.devices)
-                )
+                log.info("GPU backend %s opened: %d GPUs", self.sampler.backend.name, len(self.state.devices))
 
     async def _sample_forever(self) -> None:
         await self._open_backend()
@@ -248,6 +263,9 @@ class Agent:
         if self.pods is not None and self.pods.version != self._pods_seen:
             self._pods_seen = self.pods.version
             self.state.set_pods(self._clock(), self.pods.snapshot())
+        if self.node is not None and self.node.version != self._node_seen:
+            self._node_seen = self.node.version
+            self.state.set_node_labels(self._clock(), self.node.labels)
         owners = self._owners.resolve(self.state, result.samples)
         self.state.record_round(self._clock(), result.samples, result.errors, owners)
         self._last_round_end = self._clock()

@@ -54,6 +54,8 @@ class NodeState:
         self.rounds = 0
         self.version = 0  # bumped on every change; Watch streams wait on it
         self.pods_version = 0
+        self.node_labels: dict[str, str] = {}  # from the Node object; empty while unknown
+        self.node_labels_version = 0
         self.snapshot = NodeSnapshot(node_name, (), {}, 0.0, 0)
         self._changed = asyncio.Condition()
 
@@ -98,6 +100,14 @@ class NodeState:
             return False
         self.pods = dict(pods)
         self.pods_version += 1
+        self._publish(now)
+        return True
+
+    def set_node_labels(self, now: float, labels: Mapping[str, str]) -> bool:
+        if dict(labels) == self.node_labels:
+            return False
+        self.node_labels = dict(labels)
+        self.node_labels_version += 1
         self._publish(now)
         return True
 

@@ -1,8 +1,8 @@
 """Export: ``gpuscale.v1.Agent/Watch``, the stream the cluster scaler follows.
 
 On connect, a SNAPSHOT of the node; then an UPDATE after every change (a sampling round, new attribution, new
-pods), or an empty UPDATE as a heartbeat when nothing changed for a few intervals, so a client can tell a
-quiet agent from a partitioned one.
+pods, new node labels), or an empty UPDATE as a heartbeat when nothing changed for a few intervals, so a
+client can tell a quiet agent from a partitioned one.
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ class WatchService(agent_pb2_grpc.AgentServicer):
         version = -1
         devices: tuple[DeviceInfo, ...] | None = None
         pods_version = -1
+        labels_version = -1
         sent_ts: dict[str, float] = {}
         sent_state: dict[str, tuple[DeviceError | None, tuple[Assignment, ...]]] = {}
         while True:
@@ -111,4 +112,8 @@ class WatchService(agent_pb2_grpc.AgentServicer):
                     msg.pods_changed = not snapshot
                     msg.pods.extend(pods_to_pb(state.pods.values()))
                     pods_version = state.pods_version
+                if snapshot or state.node_labels_version != labels_version:
+                    msg.node_labels_changed = not snapshot
+                    msg.node_labels.update(state.node_labels)
+                    labels_version = state.node_labels_version
             yield msg

@@ -13,7 +13,7 @@ from pathlib import Path
 import grpc.aio
 
 from .. import lifecycle
-from ..agent.service import Agent, PodSource
+from ..agent.service import Agent, NodeLabelSource, PodSource
 from ..agent.settings import AgentSettings
 from ..backends.base import Backend
 from ._options import (
@@ -92,8 +92,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=run)
 
 
-
-
 def settings_from_args(args: argparse.Namespace) -> AgentSettings:
     check_server_arguments(args)
     in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and args.kubeconfig is None
@@ -114,18 +112,22 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
     )
 
 
-async def pod_source(settings: AgentSettings) -> PodSource | None:
-    """The Kubernetes API pod watcher when running in a cluster or given a kubeconfig; else none."""
+async def kube_sources(settings: AgentSettings) -> tuple[PodSource | None, NodeLabelSource | None]:
+    """The Kubernetes API watchers of this node's pods and of its Node, sharing one client, when running in a
+    cluster or given a kubeconfig; else none."""
     if not settings.in_cluster and settings.kubeconfig is None:
-        log.info("not in a cluster and no --kubeconfig: pod labels are off")
-        return None
+        log.info("not in a cluster and no --kubeconfig: pod labels and node labels are off")
+        return None, None
+    from ..kube.nodes import NodeLabelWatcher
     from ..kube.pods import NodePodWatcher, api_client_from
 
-    return NodePodWatcher(await api_client_from(settings.kubeconfig, settings.in_cluster), settings.node_name)
+    api = await api_client_from(settings.kubeconfig, settings.in_cluster)
+    return NodePodWatcher(api, settings.node_name), NodeLabelWatcher(api, settings.node_name)
 
 
 async def serve(settings: AgentSettings, backend: Backend) -> None:
-    agent = Agent(settings, backend, pods=await pod_source(settings))
+    pods, node = await kube_sources(settings)
+    agent = Agent(settings, backend, pods=pods, node=node)
     if settings.serve_external_scaler:
         from ..scaler.local import add_node_scope
 

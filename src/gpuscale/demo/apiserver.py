@@ -2,19 +2,22 @@
 the real server's wire format. The demo cluster runs on it; the tests use it as their fake API server
 (``tests/fakes/apiserver.py`` re-exports it).
 
-* ``GET /api/v1/pods`` and ``/api/v1/namespaces/{ns}/pods``: lists (``fieldSelector``, ``labelSelector``,
-  ``limit``/``continue``, ``metadata.resourceVersion``) and watches (``watch=true``, ``resourceVersion``,
-  ``allowWatchBookmarks``, ``timeoutSeconds``): chunked JSON lines of ADDED/MODIFIED/DELETED/BOOKMARK events.
+* ``GET /api/v1/pods``, ``/api/v1/namespaces/{ns}/pods`` and ``/api/v1/nodes``: lists (``fieldSelector``,
+  ``labelSelector``, ``limit``/``continue``, ``metadata.resourceVersion``) and watches (``watch=true``,
+  ``resourceVersion``, ``allowWatchBookmarks``, ``timeoutSeconds``): chunked JSON lines of
+  ADDED/MODIFIED/DELETED/BOOKMARK events.
   A watch from a resourceVersion older than the retained history gets a ``410 Gone``: as an ERROR event after
   ``200 OK`` (what the real server does) or, with ``gone_as_status``, as the HTTP status.
-* ``GET /apis/{group}/{version}/namespaces/{ns}/{plural}/{name}`` and ``.../{name}/scale`` for stored objects
+* ``GET /api/v1/nodes/{name}``; ``GET /apis/{group}/{version}/namespaces/{ns}/{plural}/{name}`` and
+  ``.../{name}/scale`` for stored objects
   (ScaledObjects, Deployments, StatefulSets, custom resources); the Scale's ``status.selector`` is built from
   ``spec.selector`` the way the API server formats a label selector. ``PATCH`` (merge patch) and ``PUT`` of
   ``.../scale`` set ``spec.replicas`` and call every ``on_scale`` callback (the demo's deployment controller).
 * Discovery: ``GET /api/v1`` and ``GET /apis/{group}/{version}``.
 * ``Authorization: Bearer <token>`` is checked; errors are ``Status`` objects.
 
-Mutations (``add_pod``, ``modify_pod``, ``delete_pod``) bump the resourceVersion and reach open watches;
+Mutations (``add_pod``, ``modify_pod``, ``delete_pod``; ``put_node``, ``modify_node``, ``delete_node``) bump
+the resourceVersion and reach open watches;
 ``compact()`` forgets history so older resourceVersions are gone; ``bookmark()`` sends a BOOKMARK.
 """
 
@@ -44,6 +47,13 @@ _BUILTIN_RESOURCES: dict[str, list[Obj]] = {
             "singularName": "pod",
             "namespaced": True,
             "kind": "Pod",
+            "verbs": ["get", "list", "watch"],
+        },
+        {
+            "name": "nodes",
+            "singularName": "node",
+            "namespaced": False,
+            "kind": "Node",
             "verbs": ["get", "list", "watch"],
         },
     ],
@@ -201,9 +211,13 @@ def write_kubeconfig(
     return path
 
 
+_KINDS = {"pods": "Pod", "nodes": "Node"}  # the collections that list and watch
+
+
 class _Watch:
-    def __init__(self, request: web.Request, bookmarks: bool) -> None:
+    def __init__(self, request: web.Request, plural: str, bookmarks: bool) -> None:
         self.request = request
+        self.plural = plural
         self.bookmarks = bookmarks
         self.queue: asyncio.Queue[Obj | None] = asyncio.Queue()
 
@@ -213,9 +227,10 @@ class LocalApiServer:
         self.token = token
         self.resource_version = 1000
         self.pods: dict[tuple[str, str], Obj] = {}
+        self.nodes: dict[str, Obj] = {}
         self.objects: dict[tuple[str, str, str, str], Obj] = {}  # (groupVersion, plural, namespace, name)
         self.resources: dict[str, list[Obj]] = copy.deepcopy(_BUILTIN_RESOURCES)
-        self.history: list[tuple[int, Obj]] = []  # (resourceVersion, event) for pods
+        self.history: list[tuple[int, str, Obj]] = []  # (resourceVersion, plural, event): pods and nodes
         self.oldest_resource_version = self.resource_version
         self.gone_as_status = False
         self.fail_next: list[int] = []  # HTTP statuses to answer the next requests with
@@ -234,6 +249,8 @@ class LocalApiServer:
         app.router.add_get("/apis/{group}/{version}", self._discovery_group)
         app.router.add_get("/api/v1/pods", self._pods)
         app.router.add_get("/api/v1/namespaces/{namespace}/pods", self._pods)
+        app.router.add_get("/api/v1/nodes", self._nodes)
+        app.router.add_get("/api/v1/nodes/{name}", self._get_node)
         app.router.add_get("/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}", self._get_object)
         app.router.add_get(
             "/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}/scale", self._get_scale
@@ -263,11 +280,12 @@ class LocalApiServer:
         self.resource_version += 1
         return str(self.resource_version)
 
-    def _emit(self, kind: str, obj: Obj) -> None:
+    def _emit(self, kind: str, obj: Obj, plural: str = "pods") -> None:
         event = {"type": kind, "object": copy.deepcopy(obj)}
-        self.history.append((int(obj["metadata"]["resourceVersion"]), event))
+        self.history.append((int(obj["metadata"]["resourceVersion"]), plural, event))
         for w in self._watches:
-            w.queue.put_nowait(event)
+            if w.plural == plural:
+                w.queue.put_nowait(event)
 
     def add_pod(self, pod: Obj) -> Obj:
         key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
@@ -292,23 +310,56 @@ class LocalApiServer:
         pod["metadata"]["resourceVersion"] = self._bump()
         self._emit("DELETED", pod)
 
+    # ----- nodes
+    def put_node(self, name: str, labels: Mapping[str, str] | None = None) -> Obj:
+        """Add the Node ``name`` (``kubernetes.io/hostname`` among its labels, as the kubelet sets it), or
+        replace its labels."""
+        full = {"kubernetes.io/hostname": name, **(labels or {})}
+        if name in self.nodes:
+            return self.modify_node(name, lambda n: n["metadata"].__setitem__("labels", full))
+        node: Obj = {
+            "kind": "Node",
+            "apiVersion": "v1",
+            "metadata": {
+                "name": name,
+                "uid": str(uuidlib.uuid4()),
+                "labels": full,
+                "resourceVersion": self._bump(),
+            },
+            "spec": {},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        }
+        self.nodes[name] = node
+        self._emit("ADDED", node, "nodes")
+        return node
+
+    def modify_node(self, name: str, change: Callable[[Obj], None]) -> Obj:
+        node = copy.deepcopy(self.nodes[name])
+        change(node)
+        node["metadata"]["resourceVersion"] = self._bump()
+        self.nodes[name] = node
+        self._emit("MODIFIED", node, "nodes")
+        return node
+
+    def delete_node(self, name: str) -> None:
+        node = self.nodes.pop(name)
+        node["metadata"]["resourceVersion"] = self._bump()
+        self._emit("DELETED", node, "nodes")
+
     def compact(self) -> None:
         """Forget the event history (etcd compaction): watches from any older resourceVersion get 410."""
         self.history.clear()
         self.oldest_resource_version = self.resource_version
 
     def bookmark(self) -> None:
-        event = {
-            "type": "BOOKMARK",
-            "object": {
-                "kind": "Pod",
-                "apiVersion": "v1",
-                "metadata": {"resourceVersion": str(self.resource_version)},
-            },
-        }
         for w in self._watches:
             if w.bookmarks:
-                w.queue.put_nowait(event)
+                obj = {
+                    "kind": _KINDS[w.plural],
+                    "apiVersion": "v1",
+                    "metadata": {"resourceVersion": str(self.resource_version)},
+                }
+                w.queue.put_nowait({"type": "BOOKMARK", "object": obj})
 
     def close_watches(self) -> None:
         """End every open watch cleanly (what the server does when ``timeoutSeconds`` runs out)."""
@@ -410,19 +461,38 @@ class LocalApiServer:
             }
         )
 
-    def _selected(self, request: web.Request, pod: Obj) -> bool:
+    def _selected(self, request: web.Request, obj: Obj) -> bool:
         ns = request.match_info.get("namespace")
-        if ns is not None and pod["metadata"]["namespace"] != ns:
+        if ns is not None and obj["metadata"].get("namespace") != ns:
             return False
         for key, value, equal in _parse_field_selector(request.query.get("fieldSelector", "")):
-            if (_field(pod, key) == value) != equal:
+            if (_field(obj, key) == value) != equal:
                 return False
-        return match_labels(request.query.get("labelSelector", ""), pod["metadata"].get("labels") or {})
+        return match_labels(request.query.get("labelSelector", ""), obj["metadata"].get("labels") or {})
+
+    def _collection(self, plural: str) -> Mapping[Any, Obj]:
+        return self.pods if plural == "pods" else self.nodes
 
     async def _pods(self, request: web.Request) -> web.StreamResponse:
+        return await self._list(request, "pods")
+
+    async def _nodes(self, request: web.Request) -> web.StreamResponse:
+        return await self._list(request, "nodes")
+
+    async def _get_node(self, request: web.Request) -> web.Response:
+        node = self.nodes.get(request.match_info["name"])
+        if node is None:
+            name = request.match_info["name"]
+            return self.status(404, "NotFound", f'nodes "{name}" not found', {"name": name, "kind": "nodes"})
+        return web.json_response(node)
+
+    async def _list(self, request: web.Request, plural: str) -> web.StreamResponse:
         if request.query.get("watch") in ("true", "1"):
-            return await self._watch(request)
-        pods = sorted((k, p) for k, p in self.pods.items() if self._selected(request, p))
+            return await self._watch(request, plural)
+        pods = sorted(
+            ((k, p) for k, p in self._collection(plural).items() if self._selected(request, p)),
+            key=lambda kp: kp[0],
+        )
         list_rv, start = self.resource_version, 0
         if cont := request.query.get("continue"):
             rv_text, start_text = cont.split(":", 1)
@@ -442,17 +512,17 @@ class LocalApiServer:
             metadata["remainingItemCount"] = len(pods) - end
         items = [p for _, p in pods[start:end]]
         return web.json_response(
-            {"kind": "PodList", "apiVersion": "v1", "metadata": metadata, "items": items}
+            {"kind": f"{_KINDS[plural]}List", "apiVersion": "v1", "metadata": metadata, "items": items}
         )
 
-    async def _watch(self, request: web.Request) -> web.StreamResponse:
+    async def _watch(self, request: web.Request, plural: str) -> web.StreamResponse:
         rv_text = request.query.get("resourceVersion", "")
         since = int(rv_text) if rv_text not in ("", "0") else None
         gone = since is not None and since < self.oldest_resource_version
         gone_message = f"too old resource version: {since} ({self.oldest_resource_version})"
         if gone and self.gone_as_status:
             return self.status(410, "Expired", gone_message)
-        watch = _Watch(request, request.query.get("allowWatchBookmarks") == "true")
+        watch = _Watch(request, plural, request.query.get("allowWatchBookmarks") == "true")
         if gone:
             watch.queue.put_nowait(
                 {
@@ -470,11 +540,11 @@ class LocalApiServer:
             )
             watch.queue.put_nowait(None)
         elif since is None:  # "0" / unset: synthetic ADDED for the current state, then changes
-            for pod in self.pods.values():
-                watch.queue.put_nowait({"type": "ADDED", "object": copy.deepcopy(pod)})
+            for obj in self._collection(plural).values():
+                watch.queue.put_nowait({"type": "ADDED", "object": copy.deepcopy(obj)})
         else:
-            for rv, event in self.history:
-                if rv > since:
+            for rv, kind, event in self.history:
+                if rv > since and kind == plural:
                     watch.queue.put_nowait(event)
         self._watches.add(watch)  # no await since the replay: no event can fall between
         response = web.StreamResponse(headers={"Content-Type": "application/json"})

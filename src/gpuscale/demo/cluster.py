@@ -119,7 +119,10 @@ class DemoCluster:
             {"apiVersion": "apps/v1", "kind": "Deployment", "name": WORKLOAD},
             self._triggers,
         )
+        product = find_model(MOCK_MODEL).name.replace(" ", "-")  # as GPU feature discovery labels it
         for node in self.nodes:
+            labels = {"nvidia.com/gpu.product": product, "nvidia.com/gpu.present": "true"}
+            self.api.put_node(node.name, labels)
             await node.kubelet.start()
         for _ in range(self.wanted):  # the replicas there before the demo starts: Ready already
             self._create_pod(now=-(self.pending_s + self.loading_s + 1.0))

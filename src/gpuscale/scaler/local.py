@@ -77,6 +77,9 @@ class LocalNodeSource:
         series = tuple(GpuSeries(uuid, samples) for uuid, samples in self._state.history.items())
         return Selection(series, 0, frozenset(self._state.history))
 
+    def node_count(self) -> int:
+        return 1
+
     def feed(self, query: Query) -> _LocalFeed:
         return _LocalFeed(self._state)
 

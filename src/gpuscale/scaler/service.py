@@ -37,7 +37,7 @@ from .metadata import MetadataCache, TriggerMetadata, metric_name, target
 from .metrics import ScalerMetrics
 from .selector import LabelSelector, parse_selector
 from .source import ChangeFeed, GpuSource, Query
-from .status import NotReady, NoWorkloadSelector, ScopeNotServed, status_code
+from .status import EmptyPool, NotReady, NoWorkloadSelector, ScopeNotServed, status_code
 from .wire import (
     ScaledObjectKey,
     is_active_response,
@@ -196,6 +196,8 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
             feed.follow(selection.uuids)
         if query.scope == "workload" and not selection.series:
             return _NO_PODS
+        if query.scope == "pool" and not selection.series:
+            raise EmptyPool(query.node_selector, self.source.node_count())
         return evaluate(md, selection.series, now=self._clock())
 
     def _selector(self, key: ScaledObjectKey, text: str) -> LabelSelector:

@@ -57,4 +57,7 @@ class GpuSource(Protocol):
 
     def select(self, query: Query) -> Selection: ...
 
+    def node_count(self) -> int:
+        """How many nodes this source follows."""
+
     def feed(self, query: Query) -> ChangeFeed: ...

@@ -196,10 +196,20 @@ class ClusterState:
         return self._node_labels.get(node) or {_HOSTNAME_LABEL: node}
 
     def set_node_labels(self, node: str, labels: Mapping[str, str]) -> None:
-        """The node's labels for ``pool`` scope (default: only ``kubernetes.io/hostname``)."""
-        if dict(self.node_labels(node)) != {_HOSTNAME_LABEL: node, **labels}:
-            self._node_labels[node] = {_HOSTNAME_LABEL: node, **labels}
+        """The node's labels for ``pool`` scope, as its agent read them from its Node (default, and while the
+        agent sends none: only ``kubernetes.io/hostname=<node>``)."""
+        if self._take_labels(node, labels):
             self._bump_all()
+
+    def _take_labels(self, node: str, labels: Mapping[str, str]) -> bool:
+        new = {_HOSTNAME_LABEL: node, **labels}
+        if dict(self.node_labels(node)) == new:
+            return False
+        self._node_labels[node] = new
+        return True
+
+    def node_count(self) -> int:
+        return len(self._nodes)
 
     def nodes(self) -> list[NodeStatus]:
         now = self._monotonic()
@@ -269,6 +279,8 @@ class ClusterState:
             info = pod_from_pb(p)
             node.pods[(info.namespace, info.name)] = info
             self._index_pod(node.name, info)
+        if msg.node_labels:  # none: the agent has not read its Node yet (just started): keep what was known
+            self._take_labels(node.name, msg.node_labels)
         self._nodes[node.name] = node
         self._bump_all()
 
@@ -303,6 +315,9 @@ class ClusterState:
                     self._index_pod(node.name, info)
                     namespaces.add(key[0])
             node.pods = new
+        if msg.node_labels_changed and self._take_labels(node.name, msg.node_labels):
+            self._version += 1  # which nodes a pool selects may have changed
+            added = True
         for ns in namespaces:
             self._ns_version[ns] += 1
         self._wake(uuids, namespaces, added)

@@ -7,6 +7,7 @@ Hierarchy (under ``ScalerError``, see ``errors.py``)::
     ├── NoDataError          → UNAVAILABLE        (errors.py)
     ├── ScopeNotServed       → INVALID_ARGUMENT   this server does not answer the trigger's scope
     ├── NotReady             → UNAVAILABLE        no agent has reported yet
+    ├── EmptyPool            → UNAVAILABLE        pool scope: no node with GPUs matches the nodeSelector
     └── NoWorkloadSelector   → FAILED_PRECONDITION  workload scope without podSelector and no Kubernetes API
 
 ``WorkloadResolutionError`` (kube) maps to UNAVAILABLE when the API server did not answer or failed (0, 429,
@@ -20,7 +21,7 @@ import grpc
 from ..kube.errors import KubeApiError
 from .errors import MetadataError, NoDataError, ScalerError
 
-__all__ = ["NoWorkloadSelector", "NotReady", "ScopeNotServed", "status_code"]
+__all__ = ["EmptyPool", "NoWorkloadSelector", "NotReady", "ScopeNotServed", "status_code"]
 
 
 class ScopeNotServed(ScalerError):
@@ -31,6 +32,21 @@ class NotReady(ScalerError):
     """Nothing to answer from yet: no agent has sent its first snapshot."""
 
 
+class EmptyPool(ScalerError):
+    """Pool scope: no node the scaler follows matches the trigger's ``nodeSelector``. Never a made-up 0: the
+    labels may not have arrived yet (an agent without access to its Node sends none)."""
+
+    def __init__(self, node_selector: object, nodes: int) -> None:
+        self.node_selector = str(node_selector)
+        self.nodes = nodes
+        super().__init__(
+            f'no node with GPUs matches nodeSelector "{self.node_selector}" (of {nodes} node'
+            f"{'s' if nodes != 1 else ''} followed). A node's labels come from its agent, which reads its "
+            "Node from the Kubernetes API (RBAC: get, list and watch on nodes); without them only "
+            "kubernetes.io/hostname is known"
+        )
+
+
 class NoWorkloadSelector(ScalerError):
     """Workload scope needs the ScaledObject's target from the Kubernetes API, and there is none."""
 
@@ -38,7 +54,7 @@ class NoWorkloadSelector(ScalerError):
 def status_code(e: BaseException) -> grpc.StatusCode:
     if isinstance(e, MetadataError | ScopeNotServed):
         return grpc.StatusCode.INVALID_ARGUMENT
-    if isinstance(e, NoDataError | NotReady):
+    if isinstance(e, NoDataError | NotReady | EmptyPool):
         return grpc.StatusCode.UNAVAILABLE
     if isinstance(e, NoWorkloadSelector):
         return grpc.StatusCode.FAILED_PRECONDITION
