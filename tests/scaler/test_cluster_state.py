@@ -175,9 +175,16 @@ async def test_dns_discovery() -> None:
     }
 
     async def failing(*a: Any, **kw: Any) -> list[tuple[Any, ...]]:
-        raise socket.gaierror("Name or service not known")
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
 
-    assert await DnsDiscovery("agents.svc", 6000, resolver=failing).addresses() is None
+    assert await DnsDiscovery("agents.svc", 6000, resolver=failing).addresses() is None  # keep what was found
+
+    async def nxdomain(*a: Any, **kw: Any) -> list[tuple[Any, ...]]:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    # A headless Service with no ready pod: cluster DNS says the name does not exist. That is "no agent".
+    assert await DnsDiscovery("agents.svc", 6000, resolver=nxdomain).addresses() == set()
+
     assert await StaticDiscovery(["a:1", " b:2 ", ""]).addresses() == {"a:1", "b:2"}
     with pytest.raises(UsageError, match='--agents "nope" must be HOST:PORT'):
         StaticDiscovery(["nope"])

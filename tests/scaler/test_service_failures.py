@@ -192,3 +192,53 @@ def test_int_fields_are_filled_for_old_keda() -> None:
     )
     assert metric_value_response("m", 119.6).metricValues[0].metricValue == 120
     assert metric_value_response("m", float("nan")).metricValues[0].metricValueFloat == 0
+
+
+async def test_dns_name_without_agents_yet_is_ready_then_follows_them(
+    cluster: Cluster, keda: Callable[[int], KedaClient]
+) -> None:
+    """Installed before any GPU node is up: the agents' headless Service has no ready pod, and cluster DNS
+    answers NXDOMAIN. That is an answer ("no agent"), not a failed lookup: the scaler becomes ready and says
+    why it has no data, then follows the first agent as soon as DNS lists it."""
+    import socket
+    from dataclasses import replace
+    from typing import Any
+
+    from aiohttp import ClientSession
+
+    from gpuscale.scaler.discovery import DnsDiscovery
+    from gpuscale.scaler.server import Scaler
+
+    listed: list[tuple[Any, ...]] = []
+
+    async def resolver(name: str, port: int, **kw: Any) -> list[tuple[Any, ...]]:
+        if not listed:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return listed
+
+    node = await cluster.node("node-a", "constant:40", gpus=1)  # up, but not Ready: DNS does not list it
+    port = node.agent.grpc_port
+    template = await cluster.scaler(kube=False, agents=())
+    settings = replace(template.settings, agents=(), agents_dns=f"agents.svc:{port}", dns_interval_s=0.05)
+    scaler = Scaler(settings, discovery=DnsDiscovery("agents.svc", port, resolver=resolver))
+    await scaler.start()
+    cluster.scalers.append(scaler)
+    async with ClientSession() as http:
+
+        async def ready() -> bool:
+            async with http.get(f"http://127.0.0.1:{scaler.metrics_port}/readyz") as r:
+                return r.status == 200
+
+        await until(ready, what="ready with no agent")
+    client = keda(scaler.grpc_port)
+    md = {"scope": "pool", "nodeSelector": "kubernetes.io/hostname=node-a", "targetValue": "60", "window": "0"}
+    code, message = await client.code_of(client.metrics(md))
+    assert (code, message) == (grpc.StatusCode.UNAVAILABLE, "no agent has sent its state yet")
+
+    listed.append((socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port)))
+
+    async def answers() -> bool:
+        return (await client.code_of(client.metrics(md)))[0] == grpc.StatusCode.OK
+
+    await until(answers, what="the agent listed by DNS is followed")
+    assert await client.value(md) == pytest.approx(40)

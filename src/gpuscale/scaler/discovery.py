@@ -2,7 +2,9 @@
 (``--agents-dns NAME:PORT``), resolved again every few seconds as nodes come and go.
 
 A failed DNS lookup keeps the addresses found before (a DNS hiccup must not drop every node); an empty answer
-(no agent ready) is taken as it is.
+is taken as it is. A headless Service with no ready pod has no records, and cluster DNS then answers NXDOMAIN
+(the Kubernetes DNS specification): ``EAI_NONAME`` / ``EAI_NODATA`` mean "no agent", not a failed lookup, or a
+scaler started before any GPU node is up would never learn that there is nothing to follow.
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ __all__ = ["Discovery", "DnsDiscovery", "StaticDiscovery", "follow", "parse_host
 log = logging.getLogger(__name__)
 
 Resolver = Callable[..., Awaitable[list[tuple[Any, ...]]]]
+# getaddrinfo's answers for a name that resolves to no address (NXDOMAIN, or no A/AAAA record)
+_NO_ADDRESS = frozenset(
+    code for code in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", None)) if code is not None
+)
 
 
 def parse_host_port(text: str, what: str) -> tuple[str, int]:
@@ -57,14 +63,28 @@ class DnsDiscovery:
         self.name = name
         self.port = port
         self._resolver = resolver
+        self._said_none = False
 
     async def addresses(self) -> set[str] | None:
         resolve = self._resolver or asyncio.get_running_loop().getaddrinfo
         try:
             infos = await resolve(self.name, self.port, type=socket.SOCK_STREAM)
+        except socket.gaierror as e:
+            if e.errno in _NO_ADDRESS:
+                if not self._said_none:  # once, not every few seconds while it lasts
+                    log.warning(
+                        "agents' name %s has no address (%s): no agent pod is ready, or the name is wrong",
+                        self.name,
+                        e,
+                    )
+                    self._said_none = True
+                return set()
+            log.warning("cannot resolve agents' name %s (%s); keeping the agents found before", self.name, e)
+            return None
         except (OSError, UnicodeError) as e:
             log.warning("cannot resolve agents' name %s (%s); keeping the agents found before", self.name, e)
             return None
+        self._said_none = False
         return {join_host_port(str(info[4][0]), self.port) for info in infos}
 
 
