@@ -10,8 +10,15 @@ container id. Both cgroup drivers are understood::
 
 and so are nestings around them (kind: ``/system.slice/docker-<node>.scope/kubelet.slice/kubelet-kubepods…``)
 and below them (CRI-O's ``crio-<id>.scope/container``). CRI-O's ``crio-conmon-<id>.scope`` is the runtime
-monitor, not the container: it yields the pod alone. A process inside a private cgroup namespace sees only
-``0::/`` and is not attributable here (read the host's ``/proc`` with ``hostPID: true``).
+monitor, not the container: it yields the pod alone.
+
+**Cgroup namespaces.** On cgroup v2, containerd and CRI-O give every container a private cgroup namespace, the
+agent's included: even with ``hostPID: true`` it reads other processes' paths relative to its own cgroup, as
+``0::/../../pod<uid>/<id>`` (cgroupfs; the ``kubepods`` ancestors are above the namespace's root and not
+shown) or ``0::/../../kubepods-besteffort-pod<uid>.slice/cri-containerd-<id>.scope`` (systemd). A path that
+climbs out of the reader's namespace (``/..``) is a path from inside a pod, so a ``pod<uid>`` component after
+the climb is taken without a visible ``kubepods`` ancestor. A process that sees only ``0::/`` (itself in a
+private namespace, read from inside it) is not attributable.
 """
 
 from __future__ import annotations
@@ -39,12 +46,15 @@ class CgroupRef:
 
 
 def _parse_path(path: str) -> CgroupRef | None:
-    if "kubepods" not in path:
-        return None
     parts = [p for p in path.split("/") if p]
-    for i in range(len(parts) - 1, -1, -1):
+    climbed = 0  # the leading ".." of a path seen from a cgroup namespace
+    while climbed < len(parts) and parts[climbed] == "..":
+        climbed += 1
+    if not climbed and "kubepods" not in path:
+        return None
+    for i in range(len(parts) - 1, climbed - 1, -1):
         m = _POD.fullmatch(parts[i])
-        if m is None or not any("kubepods" in p for p in parts[: i + 1]):
+        if m is None or not (climbed or any("kubepods" in p for p in parts[: i + 1])):
             continue
         uid = m.group(1).replace("_", "-")
         container_id = None
