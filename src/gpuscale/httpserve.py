@@ -10,6 +10,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
+from .netaddr import any_address_socket
+
 __all__ = ["make_app", "serve_app"]
 
 
@@ -44,7 +46,19 @@ async def serve_app(app: web.Application, host: str, port: int) -> tuple[web.App
     the bound port."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    sockets = getattr(site._server, "sockets", None) or []
-    return runner, (sockets[0].getsockname()[1] if sockets else port)
+    site: web.BaseSite
+    if host in ("", "::"):  # every address family, on one port: one dual-stack socket, as gRPC binds [::]
+        sock = any_address_socket(port)
+        site = web.SockSite(runner, sock)
+        bound = sock.getsockname()[1]
+    else:
+        site = web.TCPSite(runner, host, port)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    if isinstance(site, web.TCPSite):
+        sockets = getattr(site._server, "sockets", None) or []
+        bound = sockets[0].getsockname()[1] if sockets else port
+    return runner, bound

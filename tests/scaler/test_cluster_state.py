@@ -216,5 +216,5 @@ def test_scaler_flag_defaults() -> None:
     cli.register(parser.add_subparsers())
     s = cli.settings_from_args(parser.parse_args(["scaler", "--agents-dns", "gpuscale-agent.sys.svc:6000"]))
     assert (s.grpc_address, s.metrics_address, s.agents_dns) == (
-        "0.0.0.0:6001", "0.0.0.0:9401", "gpuscale-agent.sys.svc:6000"
+        "[::]:6001", "[::]:9401", "gpuscale-agent.sys.svc:6000"
     )

@@ -26,6 +26,7 @@ from ..kube.errors import KubeError
 from ..kube.podresources import PodResourcesClient
 from ..lifecycle import cancel_tasks, within
 from ..model import ContainerRef, PodInfo
+from ..netaddr import join_host_port, split_address
 from .attribution import match_assignments
 from .exporter import AgentMetrics, GpuCollector
 from .owners import OwnerResolver
@@ -62,11 +63,6 @@ class PodSource(Protocol):
     def container(self, container_id: str) -> ContainerRef | None: ...
 
     async def run(self) -> None: ...
-
-
-def split_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host.strip("[]") or "0.0.0.0", int(port)
 
 
 class Agent:
@@ -175,8 +171,7 @@ class Agent:
             reflection.SERVICE_NAME,
         ]
         reflection.enable_server_reflection(names, server)
-        host, port = split_address(self.settings.grpc_address)
-        self.grpc_port = server.add_insecure_port(f"{host}:{port}")
+        self.grpc_port = server.add_insecure_port(join_host_port(*split_address(self.settings.grpc_address)))
         await server.start()
         await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
         await health_servicer.set(names[0], health_pb2.HealthCheckResponse.SERVING)
@@ -184,8 +179,7 @@ class Agent:
 
     async def _start_http(self) -> None:
         app = make_app(self.registry, healthy=self._health_problem, ready=self._ready_problem)
-        host, port = split_address(self.settings.metrics_address)
-        self._http, self.metrics_port = await serve_app(app, host, port)
+        self._http, self.metrics_port = await serve_app(app, *split_address(self.settings.metrics_address))
 
     def _health_problem(self) -> str | None:
         if self.state.rounds == 0:

@@ -68,13 +68,14 @@ def add_server_arguments(
     """``--grpc-address``, ``--metrics-address`` and ``--event-loop``, as the agent and the scaler take."""
     parser.add_argument(
         "--grpc-address",
-        default=env("GRPC_ADDRESS", f"0.0.0.0:{grpc_port}"),
-        help=f"HOST:PORT of the gRPC server: {grpc_serves}, health, reflection (default 0.0.0.0:{grpc_port})",
+        default=env("GRPC_ADDRESS", f"[::]:{grpc_port}"),
+        help=f"HOST:PORT of the gRPC server: {grpc_serves}, health, reflection (default [::]:{grpc_port}: "
+        "IPv4 and IPv6; 0.0.0.0: IPv4 only)",
     )
     parser.add_argument(
         "--metrics-address",
-        default=env("METRICS_ADDRESS", f"0.0.0.0:{metrics_port}"),
-        help=f"HOST:PORT of /metrics, /healthz, /readyz (default 0.0.0.0:{metrics_port})",
+        default=env("METRICS_ADDRESS", f"[::]:{metrics_port}"),
+        help=f"HOST:PORT of /metrics, /healthz, /readyz (default [::]:{metrics_port})",
     )
     parser.add_argument(
         "--event-loop",
@@ -86,7 +87,7 @@ def add_server_arguments(
 def check_server_arguments(args: argparse.Namespace) -> None:
     """Refuse a malformed ``--grpc-address``/``--metrics-address`` or an unknown or missing ``--event-loop``
     before anything starts."""
-    from ..scaler.discovery import parse_host_port
+    from ..netaddr import parse_host_port
 
     parse_host_port(args.grpc_address, "--grpc-address")
     parse_host_port(args.metrics_address, "--metrics-address")
@@ -156,10 +157,6 @@ def backend_from_args(args: argparse.Namespace, *, node: str = "mock", open_it: 
         return backend
     if name not in BACKEND_NAMES:
         raise UsageError(f'--backend "{name}" is unknown; choose one of {", ".join(BACKEND_NAMES)}')
-    if not open_it:
-        if name == "auto":  # resolve now, so a missing driver is reported before anything starts
-            probe = open_backend(name)
-            probe.close()
-            name = probe.name
+    if not open_it:  # the agent opens it, and retries while no driver is loaded (auto included)
         return create_backend(name)
     return open_backend(name)

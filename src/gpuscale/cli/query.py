@@ -20,7 +20,7 @@ import grpc
 from .._proto import externalscaler_pb2 as pb
 from .._proto import externalscaler_pb2_grpc as pb_grpc
 from ..errors import UsageError
-from ..scaler.discovery import parse_host_port
+from ..netaddr import parse_host_port
 from ..scaler.wire import scaled_object_ref
 
 __all__ = ["parse_metadata_args", "register"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .. import lifecycle
 from ..errors import UsageError
-from ..scaler.discovery import parse_host_port
+from ..netaddr import parse_host_port
 from ..scaler.errors import ProfileError
 from ..scaler.profiles import ProfileSet, load_profiles
 from ..scaler.server import Scaler, ScalerSettings, TlsFiles

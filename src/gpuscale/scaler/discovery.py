@@ -15,9 +15,9 @@ import socket
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
-from ..errors import UsageError
+from ..netaddr import join_host_port, parse_host_port
 
-__all__ = ["Discovery", "DnsDiscovery", "StaticDiscovery", "follow", "parse_host_port"]
+__all__ = ["Discovery", "DnsDiscovery", "StaticDiscovery", "follow"]
 
 log = logging.getLogger(__name__)
 
@@ -26,21 +26,6 @@ Resolver = Callable[..., Awaitable[list[tuple[Any, ...]]]]
 _NO_ADDRESS = frozenset(
     code for code in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", None)) if code is not None
 )
-
-
-def parse_host_port(text: str, what: str) -> tuple[str, int]:
-    """``host:port`` or ``[v6]:port`` → (host, port); raise ``UsageError`` naming ``what``."""
-    host, sep, port = text.strip().rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
-        raise UsageError(
-            f'{what} "{text}" must be HOST:PORT, e.g. 0.0.0.0:6000 or gpuscale-agent.gpuscale-system:6000'
-        )
-    return host, int(port)
-
-
-def join_host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class Discovery(Protocol):

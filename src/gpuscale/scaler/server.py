@@ -20,7 +20,8 @@ from prometheus_client import CollectorRegistry
 
 from ..httpserve import make_app, serve_app
 from ..lifecycle import cancel_tasks, within
-from .discovery import Discovery, DnsDiscovery, StaticDiscovery, follow, parse_host_port
+from ..netaddr import join_host_port, parse_host_port, split_address
+from .discovery import Discovery, DnsDiscovery, StaticDiscovery, follow
 from .ingest import WorkerPool
 from .metadata import MetadataCache
 from .metrics import ScalerMetrics
@@ -68,11 +69,6 @@ def server_credentials(tls: TlsFiles) -> grpc.ServerCredentials:
         root_certificates=ca,
         require_client_auth=ca is not None,
     )
-
-
-def _split(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host.strip("[]") or "0.0.0.0", int(port)
 
 
 class Scaler:
@@ -183,11 +179,11 @@ class Scaler:
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         names = [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME]
         reflection.enable_server_reflection(names, server)
-        host, port = _split(self.settings.grpc_address)
+        address = join_host_port(*split_address(self.settings.grpc_address))
         if self.settings.tls is not None:
-            self.grpc_port = server.add_secure_port(f"{host}:{port}", server_credentials(self.settings.tls))
+            self.grpc_port = server.add_secure_port(address, server_credentials(self.settings.tls))
         else:
-            self.grpc_port = server.add_insecure_port(f"{host}:{port}")
+            self.grpc_port = server.add_insecure_port(address)
         await server.start()
         await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
         await health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
@@ -195,8 +191,7 @@ class Scaler:
 
     async def _start_http(self) -> None:
         app = make_app(self.registry, healthy=lambda: None, ready=self.ready_problem)
-        host, port = _split(self.settings.metrics_address)
-        self._http, self.metrics_port = await serve_app(app, host, port)
+        self._http, self.metrics_port = await serve_app(app, *split_address(self.settings.metrics_address))
 
     def ready_problem(self) -> str | None:
         """Ready once every discovered agent has sent its state, or ``ready_grace_s`` after start."""
