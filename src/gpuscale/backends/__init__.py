@@ -1,14 +1,17 @@
 """GPU backends behind one Protocol, picked by name.
 
-``BACKENDS`` maps each name to a factory; ``open_backend`` opens one, resolving ``auto`` to NVML if it
-loads, else AMD SMI, else a clear error. Vendor libraries are imported only inside their modules.
+``create_backend`` builds one by name; ``open_backend`` opens one. ``auto`` is NVML if it loads, else AMD SMI,
+else a clear error, decided at each ``open`` until one opens (``AutoBackend``): an agent started before the
+GPU operator has loaded the driver waits for it, unready, instead of exiting. Vendor libraries are imported
+only inside their modules.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from ..errors import UsageError
+from ..model import DeviceInfo, GpuSample
 from .amdsmi import AmdSmiBackend
 from .base import Backend
 from .errors import BackendError, BackendUnavailable, DeviceError
@@ -17,6 +20,7 @@ from .nvml import NvmlBackend
 
 __all__ = [
     "BACKEND_NAMES",
+    "AutoBackend",
     "Backend",
     "BackendError",
     "BackendUnavailable",
@@ -30,9 +34,40 @@ __all__ = [
 BACKEND_NAMES = ("amdsmi", "auto", "mock", "nvml")
 
 
+class AutoBackend:
+    """``auto``: whichever of NVML and AMD SMI opens first, tried again at every ``open`` until one does; then
+    that one (a later ``open``, after a driver reload, re-opens it). ``name`` is ``auto`` until then."""
+
+    def __init__(self) -> None:
+        self._chosen: Backend | None = None
+
+    @property
+    def name(self) -> str:
+        return "auto" if self._chosen is None else self._chosen.name
+
+    def open(self) -> None:
+        if self._chosen is not None:
+            self._chosen.open()
+            return
+        self._chosen = open_backend("auto")
+
+    def close(self) -> None:
+        if self._chosen is not None:
+            self._chosen.close()
+
+    def devices(self) -> Sequence[DeviceInfo]:
+        return () if self._chosen is None else self._chosen.devices()
+
+    def sample(self, device: DeviceInfo) -> GpuSample:
+        if self._chosen is None:
+            raise BackendUnavailable("auto", "not open", "open() it first")
+        return self._chosen.sample(device)
+
+
 def create_backend(name: str, *, mock: MockConfig | None = None) -> Backend:
-    """A backend by name, not yet open. ``auto`` is resolved by ``open_backend``."""
+    """A backend by name, not yet open."""
     factories: Mapping[str, Callable[[], Backend]] = {
+        "auto": AutoBackend,
         "amdsmi": AmdSmiBackend,
         "mock": lambda: MockBackend(mock or MockConfig()),
         "nvml": NvmlBackend,

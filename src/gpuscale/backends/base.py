@@ -20,7 +20,9 @@ class Backend(Protocol):
     followed by ``open`` again (after a driver reload).
     """
 
-    name: str
+    @property
+    def name(self) -> str:
+        """``nvml``, ``amdsmi``, ``mock`` (``auto`` until it has chosen one of them)."""
 
     def open(self) -> None: ...
 
