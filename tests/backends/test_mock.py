@@ -159,6 +159,9 @@ def test_mig_instances_are_devices_with_parent() -> None:
     assert (m1.mig_profile, m1.gpu_instance_id, m2.gpu_instance_id) == ("3g.40gb", 1, 2)
     assert m1.memory_total_bytes == 40 * 1024**3
     assert b.sample(m1).power_watts is None  # not reported per MIG instance
+    # Nor, as with NVML, utilization: per instance, on the GPU in MIG mode, per process.
+    assert b.sample(m1).gpu_utilization is None and b.sample(gpu).gpu_utilization is None
+    assert b.sample(gpu).memory_utilization is None and b.sample(gpu).power_watts is not None
 
 
 def test_amd_model() -> None:

@@ -257,11 +257,13 @@ class MockBackend:
         if mem_pct is None:
             mem_pct = 1.0 + 0.8 * util  # a loaded model plus working memory that grows with load
         used = int(total * mem_pct / 100.0)
+        mig_mode = bool(device.mig_enabled)
+        # As NVML: utilization is not supported on MIG instances, nor on a GPU in MIG mode, nor is per-process
+        # utilization ("On MIG-enabled GPUs, querying process utilization is not currently supported").
         if device.is_mig:
             return GpuSample(
                 uuid=device.uuid,
                 timestamp=now,
-                gpu_utilization=util,
                 memory_used_bytes=used,
                 memory_total_bytes=total,
                 processes=tuple(ProcessSample(p.pid, int(used * p.share), None) for p in procs),
@@ -269,8 +271,8 @@ class MockBackend:
         return GpuSample(
             uuid=device.uuid,
             timestamp=now,
-            gpu_utilization=util,
-            memory_utilization=round(0.6 * util, 3),
+            gpu_utilization=None if mig_mode else util,
+            memory_utilization=None if mig_mode else round(0.6 * util, 3),
             memory_used_bytes=used,
             memory_total_bytes=total,
             temperature_celsius=round(32.0 + 43.0 * util / 100.0, 1),
@@ -280,7 +282,8 @@ class MockBackend:
             power_limit_watts=model.power_limit_watts,
             sm_clock_mhz=model.max_sm_clock_mhz if util > 0 else model.idle_sm_clock_mhz,
             processes=tuple(
-                ProcessSample(p.pid, int(used * p.share), round(util * p.share, 3)) for p in procs
+                ProcessSample(p.pid, int(used * p.share), None if mig_mode else round(util * p.share, 3))
+                for p in procs
             ),
         )
 

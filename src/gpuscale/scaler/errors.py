@@ -20,6 +20,8 @@ from ..errors import GpuscaleError
 
 __all__ = ["MetadataError", "NoDataError", "ProfileError", "ScalerError", "SelectorError"]
 
+_NOT_ON_MIG = frozenset({"gpu_utilization", "memory_utilization"})
+
 
 class ScalerError(GpuscaleError):
     """Base of the scaler's errors."""
@@ -69,5 +71,10 @@ class NoDataError(ScalerError):
             detail = (
                 f"{gpus} GPU{'s' if gpus != 1 else ''} in scope: {stale} without a sample newer than "
                 f"{stale_after:g} s, {unsupported} not reporting the metric"
+            )
+        if unsupported and metric in _NOT_ON_MIG:
+            detail += (
+                " (NVML reports no utilization for MIG instances, nor for a GPU in MIG mode: on MIG, scale "
+                "on memory_used_percent or memory_used)"
             )
         super().__init__(f'no data for metric "{metric}": {detail}')
