@@ -102,6 +102,11 @@ def sample_row_from_pb(
         m.power_watts if has("power_watts") else _NAN,
         m.power_limit_watts if has("power_limit_watts") else _NAN,
         m.sm_clock_mhz if has("sm_clock_mhz") else _NAN,
+        m.gr_engine_active if has("gr_engine_active") else _NAN,
+        m.sm_active if has("sm_active") else _NAN,
+        m.sm_occupancy if has("sm_occupancy") else _NAN,
+        m.tensor_active if has("tensor_active") else _NAN,
+        m.dram_active if has("dram_active") else _NAN,
     )
     if not m.processes:
         return values, (), {}

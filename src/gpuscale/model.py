@@ -31,6 +31,11 @@ SAMPLE_FIELDS = (
     "power_watts",
     "power_limit_watts",
     "sm_clock_mhz",
+    "gr_engine_active",
+    "sm_active",
+    "sm_occupancy",
+    "tensor_active",
+    "dram_active",
 )
 
 
@@ -96,6 +101,14 @@ class GpuSample:
     power_watts: float | None = None
     power_limit_watts: float | None = None
     sm_clock_mhz: float | None = None
+    # Activity counters over the last sampling interval, in % (NVML GPM on Hopper and newer, per GPU and per
+    # MIG instance; DCGM's profiling fields report the same as ratios): graphics/compute engine active, SMs
+    # with a warp, warps resident of the maximum, tensor pipes active, DRAM interface active.
+    gr_engine_active: float | None = None
+    sm_active: float | None = None
+    sm_occupancy: float | None = None
+    tensor_active: float | None = None
+    dram_active: float | None = None
     processes: tuple[ProcessSample, ...] = field(default=())
 
     @property

@@ -70,6 +70,25 @@ async def test_series_for_every_gpu_within_two_intervals(start_agent: AgentFacto
     fb_used = series(text, "DCGM_FI_DEV_FB_USED")[0][1]
     fb_free = series(text, "DCGM_FI_DEV_FB_FREE")[0][1]
     assert fb_used + fb_free == pytest.approx(81559, abs=1)  # MiB, like dcgm-exporter
+    # GPM activity (an H100: Hopper) as DCGM's profiling fields: ratios, not percent.
+    sm = {lab["gpu"]: v for lab, v in series(text, "DCGM_FI_PROF_SM_ACTIVE")}
+    assert sm == {"0": pytest.approx(0.08), "1": pytest.approx(0.16), "2": pytest.approx(0.24), "3": pytest.approx(0.32)}
+    assert {lab["gpu"]: v for lab, v in series(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")}["3"] == pytest.approx(0.4)
+
+
+async def test_gpus_without_gpm_have_no_profiling_series(start_agent: AgentFactory) -> None:
+    from gpuscale.backends.mock import MockBackend, MockConfig, find_model
+
+    a100 = MockBackend(MockConfig(gpus=2, model=find_model("a100"), node="node-a"))
+    agent = await start_agent(backend=a100)
+
+    async def ready() -> str | None:
+        _status, text = await scrape(agent)
+        return text if series(text, "DCGM_FI_DEV_GPU_UTIL") else None
+
+    text = await eventually(ready)
+    assert not series(text, "DCGM_FI_PROF_SM_ACTIVE")  # absent, never a made-up 0
+    assert len(series(text, "DCGM_FI_DEV_GPU_UTIL")) == 2
 
 
 async def test_health_endpoints(start_agent: AgentFactory) -> None:

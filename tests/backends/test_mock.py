@@ -162,6 +162,17 @@ def test_mig_instances_are_devices_with_parent() -> None:
     # Nor, as with NVML, utilization: per instance, on the GPU in MIG mode, per process.
     assert b.sample(m1).gpu_utilization is None and b.sample(gpu).gpu_utilization is None
     assert b.sample(gpu).memory_utilization is None and b.sample(gpu).power_watts is not None
+    # GPM activity (an H100) per GPU instance, not for the GPU in MIG mode as a whole.
+    assert b.sample(m1).sm_active is not None and b.sample(gpu).sm_active is None
+
+
+@pytest.mark.parametrize(("model", "gpm"), [("h100", True), ("h200", True), ("a100", False), ("l4", False)])
+def test_gpm_activity_only_on_hopper(model: str, gpm: bool) -> None:
+    b, _ = make(gpus=1, model=find_model(model))
+    (d,) = b.devices()
+    s = b.sample(d)
+    fields = (s.gr_engine_active, s.sm_active, s.sm_occupancy, s.tensor_active, s.dram_active)
+    assert all(v is not None for v in fields) if gpm else all(v is None for v in fields)
 
 
 def test_amd_model() -> None:

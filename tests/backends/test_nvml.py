@@ -15,6 +15,7 @@ from tests.fakes.pynvml_fake import (
     NVML_ERROR_TIMEOUT,
     FakeGpu,
     make_module,
+    mig_instance,
 )
 
 
@@ -120,3 +121,105 @@ def test_reopen_after_close(gpus: list[FakeGpu]) -> None:
 
 def test_auto_prefers_nvml(gpus: list[FakeGpu]) -> None:
     assert open_backend("auto").name == "nvml"
+
+
+# -- GPM: activity counters on Hopper and newer --------------------------------------------------------------
+SM, GR, OCC, TENSOR, DRAM = 2, 1, 3, 5, 10
+
+
+def test_gpm_activity_is_over_the_interval_since_the_previous_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    h200 = FakeGpu("GPU-aaaa", gpm={GR: 90.0, SM: 61.5, OCC: 30.0, TENSOR: 40.0, DRAM: 20.0})
+    a100 = FakeGpu("GPU-bbbb", name="NVIDIA A100-SXM4-80GB")  # no GPM
+    module = make_module([h200, a100])
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    b = opened()
+    d_h200, d_a100 = b.devices()
+    first = b.sample(d_h200)
+    assert (first.sm_active, first.gr_engine_active) == (None, None)  # no interval yet
+    h200.gpm = {GR: 95.0, SM: 70.25, OCC: 35.0, TENSOR: 50.0, DRAM: 25.5}
+    second = b.sample(d_h200)
+    assert (second.gr_engine_active, second.sm_active, second.sm_occupancy) == (95.0, 70.25, 35.0)
+    assert (second.tensor_active, second.dram_active) == (50.0, 25.5)
+    assert second.gpu_utilization == 37.0  # NVML's own utilization is still read beside it
+    h200.gpm = {GR: 101.5, SM: float("nan"), OCC: 35.0}  # NVML may overshoot; a NaN or missing id is no value
+    third = b.sample(d_h200)
+    assert (third.gr_engine_active, third.sm_active, third.tensor_active, third.sm_occupancy) == (
+        100.0,
+        None,
+        None,
+        35.0,
+    )
+    plain = b.sample(d_a100)
+    assert plain.sm_active is None and plain.gpu_utilization == 37.0
+    assert module.state["calls"].count("nvmlGpmMetricsGet") == 2
+    b.close()
+    assert module.state["gpm_allocated"] == set()  # both samples of the H200 freed
+    assert module.state["gpm_freed"] == 2
+
+
+def test_gpm_failure_skips_an_interval_and_never_fails_the_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpu = FakeGpu("GPU-aaaa", gpm={SM: 10.0})
+    monkeypatch.setitem(sys.modules, "pynvml", make_module([gpu]))
+    b = opened()
+    (d,) = b.devices()
+    b.sample(d)
+    assert b.sample(d).sm_active == 10.0
+    saved, gpu.gpm = gpu.gpm, None  # the next GPM sample fails (NOT_SUPPORTED)
+    failed = b.sample(d)
+    assert failed.sm_active is None and failed.gpu_utilization == 37.0
+    gpu.gpm = {SM: 20.0}
+    assert b.sample(d).sm_active is None  # a new interval starts here
+    assert b.sample(d).sm_active == 20.0
+    del saved
+
+
+def test_mig_instances_get_gpm_through_their_parent(monkeypatch: pytest.MonkeyPatch) -> None:
+    parent = FakeGpu(
+        "GPU-aaaa",
+        mig=(1, 1),
+        gpm={SM: 99.0},  # the GPU supports GPM; in MIG mode it is read per GPU instance
+        unsupported={"nvmlDeviceGetUtilizationRates", "nvmlDeviceGetProcessUtilization"},
+        mig_devices=[
+            mig_instance("MIG-1111", gi=1, slices=3, memory_gb=71, gpm={SM: 80.0, GR: 85.0}),
+            mig_instance("MIG-2222", gi=2, slices=4, memory_gb=71, gpm={SM: 5.0, GR: 6.0}),
+        ],
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", make_module([parent]))
+    b = opened()
+    gpu, m1, m2 = b.devices()
+    assert (m1.parent_uuid, m1.mig_profile, m1.gpu_instance_id) == ("GPU-aaaa", "3g.71gb", 1)
+    assert (m2.mig_profile, m2.gpu_instance_id) == ("4g.71gb", 2)
+    for d in (gpu, m1, m2):
+        b.sample(d)
+    s1, s2, whole = b.sample(m1), b.sample(m2), b.sample(gpu)
+    assert (s1.gpu_utilization, s1.sm_active, s1.gr_engine_active) == (None, 80.0, 85.0)
+    assert (s2.sm_active, s2.gr_engine_active) == (5.0, 6.0)
+    assert whole.sm_active is None and whole.gpu_utilization is None  # per instance only, as NVML has it
+    assert whole.temperature_celsius == 41.0 and s1.temperature_celsius is None
+
+
+def test_the_fake_gpm_structures_are_the_bindings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stand-in declares GPM's ctypes structures as the real nvidia-ml-py does (installed with the dev
+    extra; loaded from its file, since tests put the stand-in under the name pynvml): same fields, same
+    types, same size, so the backend's use of them is what it would be on a GPU."""
+    import ctypes
+    import importlib.util
+
+    from tests.fakes import pynvml_fake
+
+    found = importlib.util.find_spec("pynvml")
+    assert found is not None and found.origin is not None
+    spec = importlib.util.spec_from_file_location("pynvml_real", found.origin)
+    assert spec is not None and spec.loader is not None
+    real = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "pynvml_real", real)  # the binding looks itself up there at import
+    spec.loader.exec_module(real)
+    for name in ("c_nvmlGpmMetricsGet_t", "c_nvmlGpmMetric_t", "c_metricInfo_t"):
+        ours, theirs = getattr(pynvml_fake, name), getattr(real, name)
+        assert [f[0] for f in ours._fields_] == [f[0] for f in theirs._fields_], name
+        assert ctypes.sizeof(ours) == ctypes.sizeof(theirs), name
+    for name in ("NVML_GPM_METRICS_GET_VERSION", "NVML_GPM_METRIC_MAX", "NVML_GPM_METRIC_GRAPHICS_UTIL",
+                 "NVML_GPM_METRIC_SM_UTIL", "NVML_GPM_METRIC_SM_OCCUPANCY", "NVML_GPM_METRIC_ANY_TENSOR_UTIL",
+                 "NVML_GPM_METRIC_DRAM_BW_UTIL"):
+        assert getattr(pynvml_fake, name) == getattr(real, name), name
+    assert ctypes.sizeof(pynvml_fake.c_nvmlGpmSample_t) == ctypes.sizeof(real.c_nvmlGpmSample_t)

@@ -84,6 +84,10 @@ async def test_rendered_queries(start_agent: AgentFactory, kubelet: FakeKubelet,
             assert used == pytest.approx(raw * 1024 * 1024, rel=0.02)
             pct = one_value(prom, query_of(_options(metric="memory_used_percent", aggregation="max", target_value="80")))
             assert 0 < pct < 100
+            # SM activity (GPM on the mock H100: 0.8 x utilization), exported as DCGM's ratio, queried in %.
+            sm = query_of(_options(metric="sm_active", target_value="60"))
+            assert "DCGM_FI_PROF_SM_ACTIVE" in sm
+            assert one_value(prom, sm) == pytest.approx(0.8 * 50.0)
 
             # The adapter rule, expanded for the HPA's pods: one value per pod, the avg over each pod's GPUs.
             cm = hpa_documents(HpaOptions("deployment/llm", "ai", window="5"))[1][1]

@@ -3,10 +3,18 @@
 It follows the real module's API as the NVML backend uses it: the same function names, return objects with
 the same attribute names and units (bytes, mW, MHz, µs timestamps), and ``NVMLError`` carrying ``.value``
 with NVML's return codes. Test-only; never in the production backend table.
+
+GPM (Hopper's activity counters) uses the real binding's ctypes structures, field for field as nvidia-ml-py
+13 declares them (``c_nvmlGpmMetricsGet_t`` with its 477-entry ``metrics`` array; a sample is a pointer to an
+opaque struct, here carrying an id): the backend's use of them is type-checked by ctypes as it would be on a
+GPU. A device's GPM values are what its ``gpm`` dict holds when the second sample of an interval is taken.
+MIG instances are ``FakeGpu`` objects in their parent's ``mig_devices``.
 """
 
 from __future__ import annotations
 
+import ctypes
+import itertools
 import types
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +29,46 @@ NVML_ERROR_GPU_IS_LOST = 15
 NVML_TEMPERATURE_GPU = 0
 NVML_CLOCK_SM = 1
 NVML_DEVICE_MIG_ENABLE = 1
+NVML_SUCCESS = 0
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_GPM_METRICS_GET_VERSION = 1
+NVML_GPM_SUPPORT_VERSION = 1
+NVML_GPM_METRIC_GRAPHICS_UTIL = 1
+NVML_GPM_METRIC_SM_UTIL = 2
+NVML_GPM_METRIC_SM_OCCUPANCY = 3
+NVML_GPM_METRIC_ANY_TENSOR_UTIL = 5
+NVML_GPM_METRIC_DRAM_BW_UTIL = 10
+NVML_GPM_METRIC_MAX = 477
+
+
+class struct_c_nvmlGpmSample_t(ctypes.Structure):  # opaque in NVML; an id here
+    _fields_ = [("fake_id", ctypes.c_uint)]
+
+
+c_nvmlGpmSample_t = ctypes.POINTER(struct_c_nvmlGpmSample_t)
+
+
+class c_metricInfo_t(ctypes.Structure):
+    _fields_ = [("shortName", ctypes.c_char_p), ("longName", ctypes.c_char_p), ("unit", ctypes.c_char_p)]
+
+
+class c_nvmlGpmMetric_t(ctypes.Structure):
+    _fields_ = [
+        ("metricId", ctypes.c_uint),
+        ("nvmlReturn", ctypes.c_uint),
+        ("value", ctypes.c_double),
+        ("metricInfo", c_metricInfo_t),
+    ]
+
+
+class c_nvmlGpmMetricsGet_t(ctypes.Structure):
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("numMetrics", ctypes.c_uint),
+        ("sample1", c_nvmlGpmSample_t),
+        ("sample2", c_nvmlGpmSample_t),
+        ("metrics", c_nvmlGpmMetric_t * NVML_GPM_METRIC_MAX),
+    ]
 
 
 class NVMLError(Exception):
@@ -30,6 +78,7 @@ class NVMLError(Exception):
 
     def __str__(self) -> str:
         return {
+            2: "Invalid Argument",
             3: "Not Supported",
             6: "Not Found",
             9: "Driver Not Loaded",
@@ -57,6 +106,30 @@ class FakeGpu:
     proc_util: list[tuple[int, int, int]] = field(default_factory=list)  # (pid, smUtil, timeStamp µs)
     unsupported: set[str] = field(default_factory=set)  # function names raising NOT_SUPPORTED
     fail: int | None = None  # an NVML error code every read raises
+    gpm: dict[int, float] | None = None  # GPM metric id → value over the next interval; None: no GPM
+    mig_devices: list[FakeGpu] = field(default_factory=list)  # with mig=(1, 1)
+    gpu_instance_id: int = 0  # for a MIG instance
+    slices: int = 0
+
+
+def mig_instance(uuid: str, gi: int, slices: int, memory_gb: int, gpm: dict[int, float] | None = None) -> FakeGpu:
+    """A MIG instance as NVML shows it: no utilization, temperature or power of its own."""
+    return FakeGpu(
+        uuid,
+        total=memory_gb * 1024**3,
+        used=1024**3,
+        gpu_instance_id=gi,
+        slices=slices,
+        gpm=gpm,
+        unsupported={
+            "nvmlDeviceGetUtilizationRates",
+            "nvmlDeviceGetTemperature",
+            "nvmlDeviceGetPowerUsage",
+            "nvmlDeviceGetEnforcedPowerLimit",
+            "nvmlDeviceGetClockInfo",
+            "nvmlDeviceGetProcessUtilization",
+        },
+    )
 
 
 def make_module(gpus: list[FakeGpu], *, init_error: int | None = None) -> types.ModuleType:
@@ -96,6 +169,7 @@ def make_module(gpus: list[FakeGpu], *, init_error: int | None = None) -> types.
     m.nvmlShutdown = nvmlShutdown  # type: ignore[attr-defined]
     m.nvmlDeviceGetCount = lambda: len(gpus)  # type: ignore[attr-defined]
     m.nvmlDeviceGetHandleByIndex = lambda i: gpus[i]  # type: ignore[attr-defined]
+    m.nvmlDeviceGetHandleByUUID = lambda u: next(g for g in gpus if g.uuid == u)  # type: ignore[attr-defined]
     ns = types.SimpleNamespace
     fn("nvmlDeviceGetUUID", lambda g: g.uuid)
     fn("nvmlDeviceGetName", lambda g: g.name)
@@ -115,7 +189,97 @@ def make_module(gpus: list[FakeGpu], *, init_error: int | None = None) -> types.
         ],
     )
     fn("nvmlDeviceGetProcessUtilization", lambda g, since: _proc_util(g, since))
+    # MIG
+    fn("nvmlDeviceGetMaxMigDeviceCount", lambda g: 7)
+    fn("nvmlDeviceGetMigDeviceHandleByIndex", _mig_handle)
+    fn("nvmlDeviceGetAttributes", lambda g: ns(gpuInstanceSliceCount=g.slices, memorySizeMB=g.total // 2**20))
+    fn("nvmlDeviceGetGpuInstanceId", lambda g: g.gpu_instance_id)
+    fn("nvmlDeviceGetComputeInstanceId", lambda g: 0)
+    _add_gpm(m, state, check)
     return m
+
+
+def _mig_handle(g: FakeGpu, index: int) -> FakeGpu:
+    if index >= len(g.mig_devices):
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+    return g.mig_devices[index]
+
+
+def _add_gpm(m: types.ModuleType, state: dict[str, Any], check: Any) -> None:
+    """GPM as NVML has it: samples allocated and freed by the caller, taken of a GPU or of one GPU instance
+    of it, and metrics computed between two samples of the same device, the first taken before the second."""
+    ids = itertools.count(1)
+    taken: dict[int, tuple[int, int, dict[int, float]]] = {}  # sample id → (when, device id, values)
+    clock = itertools.count(1)
+    state["gpm_allocated"] = allocated = set()
+    state["gpm_freed"] = 0
+    for k, v in globals().items():
+        if k.startswith(("c_nvmlGpm", "struct_c_nvmlGpm", "c_metricInfo")):
+            setattr(m, k, v)
+
+    def support(g: FakeGpu) -> Any:
+        check(g, "nvmlGpmQueryDeviceSupport")
+        return types.SimpleNamespace(version=NVML_GPM_SUPPORT_VERSION, isSupportedDevice=int(g.gpm is not None))
+
+    def alloc() -> Any:
+        sample = ctypes.pointer(struct_c_nvmlGpmSample_t(next(ids)))
+        allocated.add(sample.contents.fake_id)
+        return sample
+
+    def free(sample: Any) -> None:
+        sid = sample.contents.fake_id
+        if sid not in allocated:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)  # a double free, or never allocated
+        allocated.discard(sid)
+        taken.pop(sid, None)
+        state["gpm_freed"] += 1
+
+    def take(target: FakeGpu, sample: Any) -> None:
+        if sample.contents.fake_id not in allocated:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        if target.gpm is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        taken[sample.contents.fake_id] = (next(clock), id(target), dict(target.gpm))
+        state["calls"].append("gpm_sample")
+
+    def sample_get(g: FakeGpu, sample: Any) -> Any:
+        check(g, "nvmlGpmSampleGet")
+        if g.mig is not None and g.mig[0] == NVML_DEVICE_MIG_ENABLE:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)  # a GPU in MIG mode: per GPU instance only
+        take(g, sample)
+        return sample
+
+    def mig_sample_get(g: FakeGpu, gpu_instance_id: int, sample: Any) -> Any:
+        check(g, "nvmlGpmMigSampleGet")
+        instance = next((i for i in g.mig_devices if i.gpu_instance_id == gpu_instance_id), None)
+        if instance is None:
+            raise NVMLError(NVML_ERROR_NOT_FOUND)
+        take(instance, sample)
+        return sample
+
+    def metrics_get(get: c_nvmlGpmMetricsGet_t) -> c_nvmlGpmMetricsGet_t:
+        if not isinstance(get, c_nvmlGpmMetricsGet_t) or get.version != NVML_GPM_METRICS_GET_VERSION:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        first = taken.get(get.sample1.contents.fake_id)
+        second = taken.get(get.sample2.contents.fake_id)
+        if first is None or second is None or first[1] != second[1] or first[0] >= second[0]:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)  # not two samples of one device, in time order
+        values = second[2]
+        for i in range(get.numMetrics):
+            metric = get.metrics[i]
+            if metric.metricId in values:
+                metric.nvmlReturn, metric.value = NVML_SUCCESS, values[metric.metricId]
+            else:
+                metric.nvmlReturn, metric.value = NVML_ERROR_NOT_SUPPORTED, 0.0
+        state["calls"].append("nvmlGpmMetricsGet")
+        return get
+
+    m.nvmlGpmQueryDeviceSupport = support  # type: ignore[attr-defined]
+    m.nvmlGpmSampleAlloc = alloc  # type: ignore[attr-defined]
+    m.nvmlGpmSampleFree = free  # type: ignore[attr-defined]
+    m.nvmlGpmSampleGet = sample_get  # type: ignore[attr-defined]
+    m.nvmlGpmMigSampleGet = mig_sample_get  # type: ignore[attr-defined]
+    m.nvmlGpmMetricsGet = metrics_get  # type: ignore[attr-defined]
 
 
 def _mig(g: FakeGpu) -> list[int]:

@@ -239,7 +239,7 @@ def test_activation_is_strictly_greater(value: float, active: bool) -> None:
             [series("GPU-0", 50.0, "ml/a", age=31), series("GPU-1", None, "ml/a")],
             'no data for metric "gpu_utilization": 2 GPUs in scope: 1 without a sample newer than 30 s, '
             "1 not reporting the metric (NVML reports no utilization for MIG instances, nor for a GPU in MIG "
-            "mode: on MIG, scale on memory_used_percent or memory_used)",
+            "mode: on MIG, scale on gr_engine_active or sm_active (Hopper and newer), or memory_used_percent)",
         ),
     ],
 )

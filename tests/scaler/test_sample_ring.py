@@ -15,7 +15,7 @@ from gpuscale.convert import sample_row_from_pb, sample_to_pb
 from gpuscale.model import SAMPLE_FIELDS, ContainerRef, GpuSample, ProcessSample
 from gpuscale.scaler import GpuSeries, NoDataError, evaluate, extractor, parse_metadata, smooth
 from gpuscale.scaler.profiles import Metric
-from gpuscale.scaler.ring import SampleRing
+from gpuscale.scaler.ring import COLUMNS, SampleRing
 
 NOW = 10_000.0
 METRICS = list(get_args(Metric))  # every metric a trigger can name
@@ -49,6 +49,11 @@ def samples(draw: st.DrawFn, uuid: str = "GPU-0") -> GpuSample:
         power_watts=draw(_real),
         power_limit_watts=draw(st.one_of(st.none(), st.just(0.0), st.floats(1, 1000))),
         sm_clock_mhz=draw(_real),
+        gr_engine_active=draw(_real),
+        sm_active=draw(_real),
+        sm_occupancy=draw(_real),
+        tensor_active=draw(_real),
+        dram_active=draw(_real),
         processes=tuple(procs),
     )
 
@@ -80,6 +85,21 @@ def test_reads_back_the_newest_capacity_samples_oldest_first(history: list[GpuSa
     for k in range(-len(kept), len(kept)):
         assert same(ring[k], kept[k])
     assert [s.timestamp for s in ring[1:3]] == [s.timestamp for s in kept[1:3]]
+
+
+def test_fields_few_gpus_report_share_one_empty_column_until_written() -> None:
+    """GPM activity (Hopper and newer) costs a column only on the GPUs that report it, and one GPU's values
+    never show up in another's ring of the same size."""
+    plain, hopper = SampleRing("GPU-A100", 4), SampleRing("GPU-H200", 4)
+    for k in range(6):
+        plain.append_sample(GpuSample("GPU-A100", NOW + k, gpu_utilization=10.0))
+        sm = None if k == 4 else 50.0 + k  # a round without the counters in between
+        hopper.append_sample(GpuSample("GPU-H200", NOW + k, gpu_utilization=10.0, sm_active=sm))
+    assert [s.sm_active for s in plain] == [None] * 4
+    assert [s.sm_active for s in hopper] == [52.0, 53.0, None, 55.0]
+    assert plain._cols[COLUMNS["sm_active"]] is SampleRing("GPU-X", 4)._cols[COLUMNS["sm_active"]]
+    assert hopper._cols[COLUMNS["sm_active"]] is not plain._cols[COLUMNS["sm_active"]]
+    assert hopper._cols[COLUMNS["tensor_active"]] is plain._cols[COLUMNS["tensor_active"]]  # never reported
 
 
 def test_index_out_of_range_and_bad_capacity() -> None:

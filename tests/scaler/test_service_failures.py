@@ -25,8 +25,9 @@ BAD = [
     ),
     (
         {"metric": "fan_speed"},
-        'invalid trigger metadata: parameter "metric" value "fan_speed" must be one of [gpu_utilization, '
-        "memory_used, memory_used_percent, memory_utilization, power, power_percent, temperature]",
+        'invalid trigger metadata: parameter "metric" value "fan_speed" must be one of [dram_active, '
+        "gpu_utilization, gr_engine_active, memory_used, memory_used_percent, memory_utilization, power, "
+        "power_percent, sm_active, sm_occupancy, temperature, tensor_active]",
     ),
 ]
 

@@ -69,6 +69,17 @@ async def test_two_nodes_only_the_workloads_gpus_count(
     assert v.metricName == "some-name"
 
 
+async def test_sm_activity_of_the_workloads_gpus(cluster: Cluster, keda: Callable[[int], KedaClient]) -> None:
+    """GPM's SM activity travels the same path as utilization: agent sample → Watch → the scaler's columns."""
+    await two_nodes(cluster)  # mock H100s: SM activity is 0.8 x utilization
+    scaler = await cluster.scaler()
+    client = keda(scaler.grpc_port)
+    sm = {**LLM, "metric": "sm_active", "aggregation": "max", "window": "0"}
+    await settled(client, sm, 2 * 0.8 * 80)
+    spec = (await client.spec(sm)).metricSpecs
+    assert [s.metricName for s in spec] == ["gpuscale-sm-active-max"]
+
+
 async def test_scaled_object_target_is_resolved_like_the_hpa(
     cluster: Cluster, keda: Callable[[int], KedaClient]
 ) -> None:

@@ -109,8 +109,9 @@ def test_valid(metadata: dict[str, str], expected: TriggerMetadata) -> None:
         (
             {"targetValue": "70", "metric": "gpu_util"},
             (
-                'parameter "metric" value "gpu_util" must be one of [gpu_utilization, memory_used, '
-                "memory_used_percent, memory_utilization, power, power_percent, temperature]",
+                'parameter "metric" value "gpu_util" must be one of [dram_active, gpu_utilization, '
+                "gr_engine_active, memory_used, memory_used_percent, memory_utilization, power, power_percent, "
+                "sm_active, sm_occupancy, temperature, tensor_active]",
             ),
         ),
         (

@@ -275,6 +275,11 @@ class Sample(_message.Message):
     POWER_LIMIT_WATTS_FIELD_NUMBER: _builtins.int
     SM_CLOCK_MHZ_FIELD_NUMBER: _builtins.int
     PROCESSES_FIELD_NUMBER: _builtins.int
+    GR_ENGINE_ACTIVE_FIELD_NUMBER: _builtins.int
+    SM_ACTIVE_FIELD_NUMBER: _builtins.int
+    SM_OCCUPANCY_FIELD_NUMBER: _builtins.int
+    TENSOR_ACTIVE_FIELD_NUMBER: _builtins.int
+    DRAM_ACTIVE_FIELD_NUMBER: _builtins.int
     timestamp: _builtins.float
     """Unix seconds"""
     gpu_utilization: _builtins.float
@@ -285,6 +290,12 @@ class Sample(_message.Message):
     power_watts: _builtins.float
     power_limit_watts: _builtins.float
     sm_clock_mhz: _builtins.float
+    gr_engine_active: _builtins.float
+    """Activity over the last sampling interval, in % (NVML GPM; Hopper and newer)."""
+    sm_active: _builtins.float
+    sm_occupancy: _builtins.float
+    tensor_active: _builtins.float
+    dram_active: _builtins.float
     @_builtins.property
     def processes(self) -> _containers.RepeatedCompositeFieldContainer[Global___Process]: ...
     def __init__(
@@ -300,13 +311,22 @@ class Sample(_message.Message):
         power_limit_watts: _builtins.float | None = ...,
         sm_clock_mhz: _builtins.float | None = ...,
         processes: _abc.Iterable[Global___Process] | None = ...,
+        gr_engine_active: _builtins.float | None = ...,
+        sm_active: _builtins.float | None = ...,
+        sm_occupancy: _builtins.float | None = ...,
+        tensor_active: _builtins.float | None = ...,
+        dram_active: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_gpu_utilization", b"_gpu_utilization", "_memory_total_bytes", b"_memory_total_bytes", "_memory_used_bytes", b"_memory_used_bytes", "_memory_utilization", b"_memory_utilization", "_power_limit_watts", b"_power_limit_watts", "_power_watts", b"_power_watts", "_sm_clock_mhz", b"_sm_clock_mhz", "_temperature_celsius", b"_temperature_celsius", "gpu_utilization", b"gpu_utilization", "memory_total_bytes", b"memory_total_bytes", "memory_used_bytes", b"memory_used_bytes", "memory_utilization", b"memory_utilization", "power_limit_watts", b"power_limit_watts", "power_watts", b"power_watts", "sm_clock_mhz", b"sm_clock_mhz", "temperature_celsius", b"temperature_celsius"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_dram_active", b"_dram_active", "_gpu_utilization", b"_gpu_utilization", "_gr_engine_active", b"_gr_engine_active", "_memory_total_bytes", b"_memory_total_bytes", "_memory_used_bytes", b"_memory_used_bytes", "_memory_utilization", b"_memory_utilization", "_power_limit_watts", b"_power_limit_watts", "_power_watts", b"_power_watts", "_sm_active", b"_sm_active", "_sm_clock_mhz", b"_sm_clock_mhz", "_sm_occupancy", b"_sm_occupancy", "_temperature_celsius", b"_temperature_celsius", "_tensor_active", b"_tensor_active", "dram_active", b"dram_active", "gpu_utilization", b"gpu_utilization", "gr_engine_active", b"gr_engine_active", "memory_total_bytes", b"memory_total_bytes", "memory_used_bytes", b"memory_used_bytes", "memory_utilization", b"memory_utilization", "power_limit_watts", b"power_limit_watts", "power_watts", b"power_watts", "sm_active", b"sm_active", "sm_clock_mhz", b"sm_clock_mhz", "sm_occupancy", b"sm_occupancy", "temperature_celsius", b"temperature_celsius", "tensor_active", b"tensor_active"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gpu_utilization", b"_gpu_utilization", "_memory_total_bytes", b"_memory_total_bytes", "_memory_used_bytes", b"_memory_used_bytes", "_memory_utilization", b"_memory_utilization", "_power_limit_watts", b"_power_limit_watts", "_power_watts", b"_power_watts", "_sm_clock_mhz", b"_sm_clock_mhz", "_temperature_celsius", b"_temperature_celsius", "gpu_utilization", b"gpu_utilization", "memory_total_bytes", b"memory_total_bytes", "memory_used_bytes", b"memory_used_bytes", "memory_utilization", b"memory_utilization", "power_limit_watts", b"power_limit_watts", "power_watts", b"power_watts", "processes", b"processes", "sm_clock_mhz", b"sm_clock_mhz", "temperature_celsius", b"temperature_celsius", "timestamp", b"timestamp"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_dram_active", b"_dram_active", "_gpu_utilization", b"_gpu_utilization", "_gr_engine_active", b"_gr_engine_active", "_memory_total_bytes", b"_memory_total_bytes", "_memory_used_bytes", b"_memory_used_bytes", "_memory_utilization", b"_memory_utilization", "_power_limit_watts", b"_power_limit_watts", "_power_watts", b"_power_watts", "_sm_active", b"_sm_active", "_sm_clock_mhz", b"_sm_clock_mhz", "_sm_occupancy", b"_sm_occupancy", "_temperature_celsius", b"_temperature_celsius", "_tensor_active", b"_tensor_active", "dram_active", b"dram_active", "gpu_utilization", b"gpu_utilization", "gr_engine_active", b"gr_engine_active", "memory_total_bytes", b"memory_total_bytes", "memory_used_bytes", b"memory_used_bytes", "memory_utilization", b"memory_utilization", "power_limit_watts", b"power_limit_watts", "power_watts", b"power_watts", "processes", b"processes", "sm_active", b"sm_active", "sm_clock_mhz", b"sm_clock_mhz", "sm_occupancy", b"sm_occupancy", "temperature_celsius", b"temperature_celsius", "tensor_active", b"tensor_active", "timestamp", b"timestamp"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__dram_active: _TypeAlias = _typing.Literal["dram_active"]  # noqa: Y015
+    _WhichOneofArgType__dram_active: _TypeAlias = _typing.Literal["_dram_active", b"_dram_active"]  # noqa: Y015
     _WhichOneofReturnType__gpu_utilization: _TypeAlias = _typing.Literal["gpu_utilization"]  # noqa: Y015
     _WhichOneofArgType__gpu_utilization: _TypeAlias = _typing.Literal["_gpu_utilization", b"_gpu_utilization"]  # noqa: Y015
+    _WhichOneofReturnType__gr_engine_active: _TypeAlias = _typing.Literal["gr_engine_active"]  # noqa: Y015
+    _WhichOneofArgType__gr_engine_active: _TypeAlias = _typing.Literal["_gr_engine_active", b"_gr_engine_active"]  # noqa: Y015
     _WhichOneofReturnType__memory_total_bytes: _TypeAlias = _typing.Literal["memory_total_bytes"]  # noqa: Y015
     _WhichOneofArgType__memory_total_bytes: _TypeAlias = _typing.Literal["_memory_total_bytes", b"_memory_total_bytes"]  # noqa: Y015
     _WhichOneofReturnType__memory_used_bytes: _TypeAlias = _typing.Literal["memory_used_bytes"]  # noqa: Y015
@@ -317,12 +337,22 @@ class Sample(_message.Message):
     _WhichOneofArgType__power_limit_watts: _TypeAlias = _typing.Literal["_power_limit_watts", b"_power_limit_watts"]  # noqa: Y015
     _WhichOneofReturnType__power_watts: _TypeAlias = _typing.Literal["power_watts"]  # noqa: Y015
     _WhichOneofArgType__power_watts: _TypeAlias = _typing.Literal["_power_watts", b"_power_watts"]  # noqa: Y015
+    _WhichOneofReturnType__sm_active: _TypeAlias = _typing.Literal["sm_active"]  # noqa: Y015
+    _WhichOneofArgType__sm_active: _TypeAlias = _typing.Literal["_sm_active", b"_sm_active"]  # noqa: Y015
     _WhichOneofReturnType__sm_clock_mhz: _TypeAlias = _typing.Literal["sm_clock_mhz"]  # noqa: Y015
     _WhichOneofArgType__sm_clock_mhz: _TypeAlias = _typing.Literal["_sm_clock_mhz", b"_sm_clock_mhz"]  # noqa: Y015
+    _WhichOneofReturnType__sm_occupancy: _TypeAlias = _typing.Literal["sm_occupancy"]  # noqa: Y015
+    _WhichOneofArgType__sm_occupancy: _TypeAlias = _typing.Literal["_sm_occupancy", b"_sm_occupancy"]  # noqa: Y015
     _WhichOneofReturnType__temperature_celsius: _TypeAlias = _typing.Literal["temperature_celsius"]  # noqa: Y015
     _WhichOneofArgType__temperature_celsius: _TypeAlias = _typing.Literal["_temperature_celsius", b"_temperature_celsius"]  # noqa: Y015
+    _WhichOneofReturnType__tensor_active: _TypeAlias = _typing.Literal["tensor_active"]  # noqa: Y015
+    _WhichOneofArgType__tensor_active: _TypeAlias = _typing.Literal["_tensor_active", b"_tensor_active"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__dram_active) -> _WhichOneofReturnType__dram_active | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__gpu_utilization) -> _WhichOneofReturnType__gpu_utilization | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__gr_engine_active) -> _WhichOneofReturnType__gr_engine_active | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__memory_total_bytes) -> _WhichOneofReturnType__memory_total_bytes | None: ...
     @_typing.overload
@@ -334,9 +364,15 @@ class Sample(_message.Message):
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__power_watts) -> _WhichOneofReturnType__power_watts | None: ...
     @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__sm_active) -> _WhichOneofReturnType__sm_active | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__sm_clock_mhz) -> _WhichOneofReturnType__sm_clock_mhz | None: ...
     @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__sm_occupancy) -> _WhichOneofReturnType__sm_occupancy | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__temperature_celsius) -> _WhichOneofReturnType__temperature_celsius | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__tensor_active) -> _WhichOneofReturnType__tensor_active | None: ...
 
 Global___Sample: _TypeAlias = Sample  # noqa: Y015
 

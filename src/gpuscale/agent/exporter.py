@@ -33,6 +33,11 @@ def _mib(v: int | None) -> float | None:
     return None if v is None else v / MIB
 
 
+def _ratio(v: float | None) -> float | None:
+    """A percentage as DCGM's profiling fields report it: a ratio, 0 to 1."""
+    return None if v is None else v / 100.0
+
+
 # (name, help, getter) — help texts as dcgm-exporter's default-counters.csv has them.
 NVIDIA_SERIES: tuple[tuple[str, str, Getter], ...] = (
     ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", lambda s: s.sm_clock_mhz),
@@ -42,6 +47,32 @@ NVIDIA_SERIES: tuple[tuple[str, str, Getter], ...] = (
     ("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", lambda s: s.memory_utilization),
     ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", lambda s: _mib(s.memory_free_bytes)),
     ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", lambda s: _mib(s.memory_used_bytes)),
+    # DCGM's profiling fields, from NVML's GPM counters (Hopper and newer; per MIG instance too).
+    (
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "Ratio of time the graphics engine is active.",
+        lambda s: _ratio(s.gr_engine_active),
+    ),
+    (
+        "DCGM_FI_PROF_SM_ACTIVE",
+        "The ratio of cycles an SM has at least 1 warp assigned.",
+        lambda s: _ratio(s.sm_active),
+    ),
+    (
+        "DCGM_FI_PROF_SM_OCCUPANCY",
+        "The ratio of number of warps resident on an SM.",
+        lambda s: _ratio(s.sm_occupancy),
+    ),
+    (
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "Ratio of cycles the tensor (HMMA) pipe is active.",
+        lambda s: _ratio(s.tensor_active),
+    ),
+    (
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "Ratio of cycles the device memory interface is active sending or receiving data.",
+        lambda s: _ratio(s.dram_active),
+    ),
 )
 
 AMD_SERIES: tuple[tuple[str, str, Getter], ...] = (
@@ -96,8 +127,11 @@ def container_shares(view: GpuView) -> list[ContainerShare]:
         else:
             sm.setdefault(ref, None)
         mem[ref] = mem.get(ref, 0) + (p.used_memory_bytes or 0)
-    if (s.processes and all(p.sm_utilization is not None for p in s.processes)
-            and all(p.pid in view.owners for p in s.processes)):
+    if (
+        s.processes
+        and all(p.sm_utilization is not None for p in s.processes)
+        and all(p.pid in view.owners for p in s.processes)
+    ):
         # Every process on the GPU is accounted for: a holder with none of them uses 0 %. When some process
         # is not attributed (yet), a holder without one is unknown, never a made-up 0.
         sm = {c: (0.0 if v is None else v) for c, v in sm.items()}

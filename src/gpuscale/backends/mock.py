@@ -47,13 +47,14 @@ class MockModel:
     max_sm_clock_mhz: float
     idle_sm_clock_mhz: float
     vendor: Vendor = Vendor.NVIDIA
+    gpm: bool = False  # NVML's GPM activity counters: Hopper and newer
 
 
 MOCK_MODELS: Mapping[str, MockModel] = {
     "a100": MockModel("NVIDIA A100-SXM4-80GB", 81920, 400.0, 60.0, 1410.0, 210.0),
     "a10g": MockModel("NVIDIA A10G", 23028, 300.0, 25.0, 1710.0, 210.0),
-    "h100": MockModel("NVIDIA H100 80GB HBM3", 81559, 700.0, 70.0, 1980.0, 345.0),
-    "h200": MockModel("NVIDIA H200", 143771, 700.0, 75.0, 1980.0, 345.0),
+    "h100": MockModel("NVIDIA H100 80GB HBM3", 81559, 700.0, 70.0, 1980.0, 345.0, gpm=True),
+    "h200": MockModel("NVIDIA H200", 143771, 700.0, 75.0, 1980.0, 345.0, gpm=True),
     "l4": MockModel("NVIDIA L4", 23034, 72.0, 16.0, 2040.0, 210.0),
     "mi300x": MockModel("AMD Instinct MI300X", 196592, 750.0, 140.0, 2100.0, 132.0, Vendor.AMD),
 }
@@ -260,6 +261,9 @@ class MockBackend:
         mig_mode = bool(device.mig_enabled)
         # As NVML: utilization is not supported on MIG instances, nor on a GPU in MIG mode, nor is per-process
         # utilization ("On MIG-enabled GPUs, querying process utilization is not currently supported").
+        # GPM counts per GPU, and per MIG instance (not on a GPU in MIG mode as a whole): a busy inference
+        # server keeps its SMs less busy than its engine, its tensor pipes less still.
+        activity = _activity(util) if model.gpm and (device.is_mig or not mig_mode) else {}
         if device.is_mig:
             return GpuSample(
                 uuid=device.uuid,
@@ -267,6 +271,7 @@ class MockBackend:
                 memory_used_bytes=used,
                 memory_total_bytes=total,
                 processes=tuple(ProcessSample(p.pid, int(used * p.share), None) for p in procs),
+                **activity,
             )
         return GpuSample(
             uuid=device.uuid,
@@ -285,7 +290,18 @@ class MockBackend:
                 ProcessSample(p.pid, int(used * p.share), None if mig_mode else round(util * p.share, 3))
                 for p in procs
             ),
+            **activity,
         )
+
+
+def _activity(util: float) -> dict[str, float]:
+    return {
+        "gr_engine_active": util,
+        "sm_active": round(0.8 * util, 3),
+        "sm_occupancy": round(0.45 * util, 3),
+        "tensor_active": round(0.55 * util, 3),
+        "dram_active": round(0.35 * util, 3),
+    }
 
 
 def _parse_mig_profile(profile: str) -> tuple[int, int]:

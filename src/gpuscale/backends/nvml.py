@@ -2,12 +2,20 @@
 
 ``pynvml`` is imported in ``open`` only, so this module loads on machines without it. Every NVML error is
 converted here, in ``_device_error``; a field the part does not support is ``None``.
+
+**GPM** (GPU Performance Monitoring, Hopper and newer): where ``nvmlGpmQueryDeviceSupport`` says so, each GPU
+(or, in MIG mode, each GPU instance, through ``nvmlGpmMigSampleGet`` on its parent) keeps two GPM samples.
+Every read takes one, and ``nvmlGpmMetricsGet`` gives the engine, SM, occupancy, tensor and DRAM activity over
+the interval since the previous read: the sampling interval itself, with no extra wait. The first read of a
+device has no interval yet (``None``). A GPM failure leaves those fields ``None`` and never fails the read.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, TypeVar
 
@@ -43,6 +51,29 @@ _KINDS = {
 }
 
 
+# GpmSample fields and their NVML_GPM_METRIC_* ids
+_GPM_METRICS = (
+    ("gr_engine_active", 1),  # GRAPHICS_UTIL: % of time any compute/graphics work was active
+    ("sm_active", 2),  # SM_UTIL: % of SMs busy
+    ("sm_occupancy", 3),  # SM_OCCUPANCY: % of warps active of the theoretical maximum
+    ("tensor_active", 5),  # ANY_TENSOR_UTIL
+    ("dram_active", 10),  # DRAM_BW_UTIL: % of the theoretical DRAM bandwidth
+)
+
+
+@dataclass
+class _Gpm:
+    """One device's GPM state: ``previous`` (taken at the last read, or ``None``) and ``spare``, swapped at
+    every read; one metrics request (a 19 KiB struct) reused."""
+
+    target: Any  # the handle sampled: the GPU's, or the parent's for a MIG instance
+    gpu_instance_id: int | None
+    previous: Any
+    spare: Any
+    request: Any
+    primed: bool = False
+
+
 def _device_error(uuid: str, e: Exception) -> DeviceError:
     code = getattr(e, "value", None)
     return DeviceError(uuid, _KINDS.get(code, "unknown") if isinstance(code, int) else "unknown", str(e))
@@ -63,6 +94,7 @@ class NvmlBackend:
         self._devices: tuple[DeviceInfo, ...] = ()
         self._handles: dict[str, Any] = {}
         self._last_seen_us: dict[str, int] = {}
+        self._gpm: dict[str, _Gpm] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------------------
     def open(self) -> None:
@@ -93,6 +125,14 @@ class NvmlBackend:
 
     def close(self) -> None:
         nvml, self._nvml = self._nvml, None
+        if nvml is not None:
+            for state in self._gpm.values():
+                for sample in (state.previous, state.spare):
+                    try:
+                        nvml.nvmlGpmSampleFree(sample)
+                    except nvml.NVMLError:
+                        pass
+        self._gpm.clear()
         self._handles.clear()
         self._last_seen_us.clear()
         if nvml is not None:
@@ -140,9 +180,43 @@ class NvmlBackend:
                     mig_enabled=mig_enabled,
                 )
             )
+            gpm = self._gpm_supported(nvml, h)
             if mig_enabled:
-                devices.extend(self._discover_mig(nvml, h, devices[-1]))
+                instances = self._discover_mig(nvml, h, devices[-1])
+                devices.extend(instances)
+                if gpm:
+                    for d in instances:
+                        if d.gpu_instance_id is not None:
+                            self._gpm_start(nvml, d.uuid, h, d.gpu_instance_id)
+            elif gpm:
+                self._gpm_start(nvml, uuid, h, None)
         self._devices = tuple(devices)
+
+    def _gpm_supported(self, nvml: ModuleType, h: Any) -> bool:
+        query = getattr(nvml, "nvmlGpmQueryDeviceSupport", None)  # absent from bindings older than 11.525
+        if query is None:
+            return False
+        try:
+            return bool(query(h).isSupportedDevice)
+        except nvml.NVMLError:
+            return False
+
+    def _gpm_start(self, nvml: ModuleType, uuid: str, target: Any, gpu_instance_id: int | None) -> None:
+        try:
+            previous = nvml.nvmlGpmSampleAlloc()
+        except nvml.NVMLError:
+            return
+        try:
+            spare = nvml.nvmlGpmSampleAlloc()
+        except nvml.NVMLError:
+            nvml.nvmlGpmSampleFree(previous)
+            return
+        request = nvml.c_nvmlGpmMetricsGet_t()
+        request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(_GPM_METRICS)
+        for i, (_, metric_id) in enumerate(_GPM_METRICS):
+            request.metrics[i].metricId = metric_id
+        self._gpm[uuid] = _Gpm(target, gpu_instance_id, previous, spare, request)
 
     def _discover_mig(self, nvml: ModuleType, parent_handle: Any, parent: DeviceInfo) -> list[DeviceInfo]:
         out: list[DeviceInfo] = []
@@ -191,6 +265,37 @@ class NvmlBackend:
         except nvml.NVMLError as e:
             raise _device_error(device.uuid, e) from e
 
+    def _activity(self, nvml: ModuleType, uuid: str) -> dict[str, float]:
+        """GPM activity since the previous read of ``uuid``, in % (empty without GPM or an interval)."""
+        state = self._gpm.get(uuid)
+        if state is None:
+            return {}
+        try:
+            if state.gpu_instance_id is None:
+                nvml.nvmlGpmSampleGet(state.target, state.spare)
+            else:
+                nvml.nvmlGpmMigSampleGet(state.target, state.gpu_instance_id, state.spare)
+        except nvml.NVMLError:
+            state.primed = False  # no interval to the next read either
+            return {}
+        state.previous, state.spare = state.spare, state.previous
+        if not state.primed:
+            state.primed = True
+            return {}
+        request = state.request
+        request.sample1, request.sample2 = state.spare, state.previous  # older, newer
+        try:
+            nvml.nvmlGpmMetricsGet(request)
+        except nvml.NVMLError:
+            return {}
+        out = {}
+        for i, (name, _) in enumerate(_GPM_METRICS):
+            metric = request.metrics[i]
+            value = float(metric.value)
+            if metric.nvmlReturn == 0 and math.isfinite(value):
+                out[name] = min(100.0, max(0.0, value))
+        return out
+
     def _read(self, nvml: ModuleType, device: DeviceInfo, h: Any) -> GpuSample:
         opt = self._optional
         now = self._clock()
@@ -215,6 +320,7 @@ class NvmlBackend:
             power_limit_watts=None if limit_mw is None else limit_mw / 1000.0,
             sm_clock_mhz=None if clock is None else float(clock),
             processes=self._processes(nvml, device, h),
+            **self._activity(nvml, device.uuid),
         )
 
     def _processes(self, nvml: ModuleType, device: DeviceInfo, h: Any) -> tuple[ProcessSample, ...]:

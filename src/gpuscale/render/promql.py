@@ -57,6 +57,12 @@ VENDORS: dict[str, dict[Metric, Series]] = {
         ),
         "temperature": Series("DCGM_FI_DEV_GPU_TEMP"),
         "power": Series("DCGM_FI_DEV_POWER_USAGE"),
+        # DCGM's profiling fields are ratios; the metrics are percentages
+        "gr_engine_active": Series("DCGM_FI_PROF_GR_ENGINE_ACTIVE", scale=100.0),
+        "sm_active": Series("DCGM_FI_PROF_SM_ACTIVE", scale=100.0),
+        "sm_occupancy": Series("DCGM_FI_PROF_SM_OCCUPANCY", scale=100.0),
+        "tensor_active": Series("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", scale=100.0),
+        "dram_active": Series("DCGM_FI_PROF_DRAM_ACTIVE", scale=100.0),
     },
     "amd": {
         "gpu_utilization": Series("gpu_gfx_activity"),
@@ -72,8 +78,9 @@ VENDORS: dict[str, dict[Metric, Series]] = {
 def series_for(vendor: str, metric: Metric) -> Series:
     table = VENDORS[vendor]
     if metric not in table:
+        why = "the exporters publish no power limit" if metric == "power_percent" else "not in its exporter"
         raise UsageError(
-            f'metric "{metric}" has no Prometheus series (the exporters publish no power limit); '
+            f'metric "{metric}" has no Prometheus series for {vendor} GPUs ({why}); '
             f"use --mode external, or one of [{', '.join(sorted(table))}]"
         )
     return table[metric]

@@ -50,6 +50,11 @@ _PLAIN_FIELDS: dict[Metric, str] = {
     "memory_used": "memory_used_bytes",
     "temperature": "temperature_celsius",
     "power": "power_watts",
+    "gr_engine_active": "gr_engine_active",
+    "sm_active": "sm_active",
+    "sm_occupancy": "sm_occupancy",
+    "tensor_active": "tensor_active",
+    "dram_active": "dram_active",
 }
 _DERIVED: dict[Metric, Extract] = {
     "memory_used_percent": lambda s: s.memory_used_percent,

@@ -75,6 +75,6 @@ class NoDataError(ScalerError):
         if unsupported and metric in _NOT_ON_MIG:
             detail += (
                 " (NVML reports no utilization for MIG instances, nor for a GPU in MIG mode: on MIG, scale "
-                "on memory_used_percent or memory_used)"
+                "on gr_engine_active or sm_active (Hopper and newer), or memory_used_percent)"
             )
         super().__init__(f'no data for metric "{metric}": {detail}')

@@ -52,25 +52,45 @@ Metric = Literal[
     "temperature",
     "power",
     "power_percent",
+    "gr_engine_active",
+    "sm_active",
+    "sm_occupancy",
+    "tensor_active",
+    "dram_active",
 ]
 Aggregation = Literal["avg", "max", "min", "p50", "p90", "p95", "p99", "sum"]
 Scope = Literal["node", "pool", "workload"]
 Share = Literal["container", "gpu"]
 
 METRICS: tuple[Metric, ...] = (
+    "dram_active",
     "gpu_utilization",
+    "gr_engine_active",
     "memory_used",
     "memory_used_percent",
     "memory_utilization",
     "power",
     "power_percent",
+    "sm_active",
+    "sm_occupancy",
     "temperature",
+    "tensor_active",
 )
 AGGREGATIONS: tuple[Aggregation, ...] = ("avg", "max", "min", "p50", "p90", "p95", "p99", "sum")
 SCOPES: tuple[Scope, ...] = ("node", "pool", "workload")
 SHARES: tuple[Share, ...] = ("container", "gpu")
 PERCENT_METRICS: frozenset[Metric] = frozenset(
-    {"gpu_utilization", "memory_utilization", "memory_used_percent", "power_percent"}
+    {
+        "gpu_utilization",
+        "memory_utilization",
+        "memory_used_percent",
+        "power_percent",
+        "gr_engine_active",
+        "sm_active",
+        "sm_occupancy",
+        "tensor_active",
+        "dram_active",
+    }
 )
 CONTAINER_METRICS: tuple[Metric, ...] = ("gpu_utilization", "memory_used", "memory_used_percent")
 

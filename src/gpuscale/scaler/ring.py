@@ -4,8 +4,8 @@ The cluster scaler holds 120 s of samples for every GPU of the cluster (960,000 
 Kept as one ``GpuSample`` object per sample (plus a float object per field), that history costs about
 500 MiB, scatters each GPU's window over the heap (a call's cost is mostly cache misses) and gives the
 garbage collector a million objects to walk (pauses of several hundred milliseconds). Here each GPU has one
-``array('d')`` per field, written in a circle: about 11 KiB per GPU at 120 s, the window of a GPU in a few
-cache lines, and no per-sample object except the (usually empty) tuple of processes.
+``array('d')`` per field it reports, written in a circle: about 11 KiB per GPU at 120 s, the window of a GPU
+in a few cache lines, and no per-sample object except the (usually empty) tuple of processes.
 
 A ring is still a ``Sequence[GpuSample]`` (oldest first): reading it that way builds the samples on demand,
 which is what the slow paths (per-container shares, tests, inspection) use. The fast path is
@@ -36,6 +36,19 @@ _USED, _TOTAL = COLUMNS["memory_used_bytes"], COLUMNS["memory_total_bytes"]
 _POWER, _LIMIT = COLUMNS["power_watts"], COLUMNS["power_limit_watts"]
 _NAN = math.nan
 _INF = math.inf
+# The fields every GPU reports come first; from _SPARSE on, fields most GPUs never report (GPM activity:
+# Hopper and newer). Their columns start as one shared all-NaN array per capacity and get an array of their
+# own at the first value: 8,000 GPUs without GPM do not carry 5 empty columns each (40 MiB at 120 s).
+_SPARSE = SAMPLE_FIELDS.index("gr_engine_active")
+_NAN_COLUMNS: dict[int, array[float]] = {}
+
+
+def _nan_column(capacity: int) -> array[float]:
+    """The shared, never written, all-NaN column of this length."""
+    col = _NAN_COLUMNS.get(capacity)
+    if col is None:
+        col = _NAN_COLUMNS[capacity] = array("d", [_NAN]) * capacity
+    return col
 
 
 class SampleRing(Sequence[GpuSample]):
@@ -49,7 +62,11 @@ class SampleRing(Sequence[GpuSample]):
         self.uuid = uuid
         self.capacity = capacity
         self._ts = array("d", bytes(8 * capacity))
-        self._cols = [array("d", bytes(8 * capacity)) for _ in COLUMNS]
+        nan = _nan_column(capacity)
+        self._cols = [
+            nan if _SPARSE <= k < len(SAMPLE_FIELDS) else array("d", bytes(8 * capacity))
+            for k in range(len(COLUMNS))
+        ]
         self._procs: list[tuple[ProcessSample, ...]] = [()] * capacity
         self._end = 0  # where the next sample goes
         self._size = 0
@@ -62,8 +79,15 @@ class SampleRing(Sequence[GpuSample]):
         i = self._end
         cols = self._cols
         self._ts[i] = timestamp
-        for k, v in enumerate(values):
-            cols[k][i] = v
+        for k in range(_SPARSE):
+            cols[k][i] = values[k]
+        for k in range(_SPARSE, len(values)):
+            v, col = values[k], cols[k]
+            if col is _NAN_COLUMNS[self.capacity]:  # shared: stays so while the GPU reports nothing
+                if v != v:
+                    continue
+                col = cols[k] = array("d", col)
+            col[i] = v
         used, total = values[_USED], values[_TOTAL]
         cols[-2][i] = 100.0 * used / total if total > 0.0 else _NAN  # NaN stays NaN
         power, limit = values[_POWER], values[_LIMIT]
@@ -148,5 +172,10 @@ class SampleRing(Sequence[GpuSample]):
             power_watts=real(5),
             power_limit_watts=real(6),
             sm_clock_mhz=real(7),
+            gr_engine_active=real(8),
+            sm_active=real(9),
+            sm_occupancy=real(10),
+            tensor_active=real(11),
+            dram_active=real(12),
             processes=self._procs[i],
         )
