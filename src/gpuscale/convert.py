@@ -90,8 +90,9 @@ def sample_row_from_pb(
     m: agent_pb2.Sample,
 ) -> tuple[tuple[float, ...], tuple[ProcessSample, ...], dict[int, ContainerRef]]:
     """A sample as the scaler keeps it (a ``SampleRing`` row): the values in ``SAMPLE_FIELDS`` order as
-    floats, NaN where absent (written out field by field: it runs for every sample of every GPU the scaler
-    follows), its processes, and the container of each process that the agent could tell."""
+    floats, NaN where absent, the GPM fields at the end left out when the sample has none of them (written
+    out field by field: it runs for every sample of every GPU the scaler follows); its processes; and the
+    container of each process that the agent could tell."""
     has = m.HasField
     values = (
         m.gpu_utilization if has("gpu_utilization") else _NAN,
@@ -102,12 +103,18 @@ def sample_row_from_pb(
         m.power_watts if has("power_watts") else _NAN,
         m.power_limit_watts if has("power_limit_watts") else _NAN,
         m.sm_clock_mhz if has("sm_clock_mhz") else _NAN,
-        m.gr_engine_active if has("gr_engine_active") else _NAN,
-        m.sm_active if has("sm_active") else _NAN,
-        m.sm_occupancy if has("sm_occupancy") else _NAN,
-        m.tensor_active if has("tensor_active") else _NAN,
-        m.dram_active if has("dram_active") else _NAN,
     )
+    # GPM activity: only Hopper and newer send it; a row without it stops at the fields every GPU has
+    if has("sm_active") or has("gr_engine_active") or has("tensor_active") or has("sm_occupancy") or has(
+        "dram_active"
+    ):
+        values += (
+            m.gr_engine_active if has("gr_engine_active") else _NAN,
+            m.sm_active if has("sm_active") else _NAN,
+            m.sm_occupancy if has("sm_occupancy") else _NAN,
+            m.tensor_active if has("tensor_active") else _NAN,
+            m.dram_active if has("dram_active") else _NAN,
+        )
     if not m.processes:
         return values, (), {}
     owners: dict[int, ContainerRef] = {}

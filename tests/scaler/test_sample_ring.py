@@ -102,6 +102,21 @@ def test_fields_few_gpus_report_share_one_empty_column_until_written() -> None:
     assert hopper._cols[COLUMNS["tensor_active"]] is plain._cols[COLUMNS["tensor_active"]]  # never reported
 
 
+def test_rows_from_the_wire_without_gpm_clear_the_slot() -> None:
+    """A sample with no GPM field arrives as a short row; where the GPU reported GPM before, the slot it
+    overwrites must read as absent, not as the value of the sample a full circle ago."""
+    ring = SampleRing("GPU-H200", 3)
+    for k in range(3):
+        values, procs, _ = sample_row_from_pb(sample_to_pb(GpuSample("GPU-H200", NOW + k, sm_active=10.0 * k)))
+        assert len(values) == len(SAMPLE_FIELDS)
+        ring.append(NOW + k, values, procs)
+    short, _, _ = sample_row_from_pb(sample_to_pb(GpuSample("GPU-H200", NOW + 3, gpu_utilization=5.0)))
+    assert len(short) < len(SAMPLE_FIELDS)
+    ring.append(NOW + 3, short, ())
+    assert [s.sm_active for s in ring] == [10.0, 20.0, None]
+    assert ring[-1].gpu_utilization == 5.0
+
+
 def test_index_out_of_range_and_bad_capacity() -> None:
     ring = ring_of([GpuSample("GPU-0", NOW, gpu_utilization=1.0)], 4)
     with pytest.raises(IndexError):

@@ -54,7 +54,7 @@ def _nan_column(capacity: int) -> array[float]:
 class SampleRing(Sequence[GpuSample]):
     """The newest ``capacity`` samples of GPU ``uuid``; older ones are overwritten."""
 
-    __slots__ = ("_cols", "_end", "_procs", "_size", "_ts", "capacity", "uuid")
+    __slots__ = ("_cols", "_end", "_procs", "_size", "_sparse", "_ts", "capacity", "uuid")
 
     def __init__(self, uuid: str, capacity: int) -> None:
         if capacity < 1:
@@ -68,6 +68,7 @@ class SampleRing(Sequence[GpuSample]):
             for k in range(len(COLUMNS))
         ]
         self._procs: list[tuple[ProcessSample, ...]] = [()] * capacity
+        self._sparse = False  # whether any sparse column has an array of its own
         self._end = 0  # where the next sample goes
         self._size = 0
 
@@ -75,19 +76,28 @@ class SampleRing(Sequence[GpuSample]):
     def append(
         self, timestamp: float, values: Sequence[float], processes: tuple[ProcessSample, ...] = ()
     ) -> None:
-        """Add a sample: ``values`` in ``model.SAMPLE_FIELDS`` order, NaN where the GPU did not report it."""
+        """Add a sample: ``values`` in ``model.SAMPLE_FIELDS`` order, NaN where the GPU did not report it; the
+        sparse fields at the end may be left out (all NaN)."""
         i = self._end
         cols = self._cols
         self._ts[i] = timestamp
         for k in range(_SPARSE):
             cols[k][i] = values[k]
-        for k in range(_SPARSE, len(values)):
-            v, col = values[k], cols[k]
-            if col is _NAN_COLUMNS[self.capacity]:  # shared: stays so while the GPU reports nothing
-                if v != v:
-                    continue
-                col = cols[k] = array("d", col)
-            col[i] = v
+        if len(values) > _SPARSE:
+            shared = _NAN_COLUMNS[self.capacity]
+            for k in range(_SPARSE, len(values)):
+                v, col = values[k], cols[k]
+                if col is shared:  # stays shared while the GPU reports nothing
+                    if v != v:
+                        continue
+                    col = cols[k] = array("d", col)
+                    self._sparse = True
+                col[i] = v
+        elif self._sparse:  # none this time: clear this slot of the columns that have values
+            shared = _NAN_COLUMNS[self.capacity]
+            for k in range(_SPARSE, len(SAMPLE_FIELDS)):
+                if cols[k] is not shared:
+                    cols[k][i] = _NAN
         used, total = values[_USED], values[_TOTAL]
         cols[-2][i] = 100.0 * used / total if total > 0.0 else _NAN  # NaN stays NaN
         power, limit = values[_POWER], values[_LIMIT]
