@@ -94,7 +94,7 @@ def sample_row_from_pb(
     out field by field: it runs for every sample of every GPU the scaler follows); its processes; and the
     container of each process that the agent could tell."""
     has = m.HasField
-    values = (
+    values: tuple[float, ...] = (
         m.gpu_utilization if has("gpu_utilization") else _NAN,
         m.memory_utilization if has("memory_utilization") else _NAN,
         float(m.memory_used_bytes) if has("memory_used_bytes") else _NAN,
