@@ -9,6 +9,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -86,3 +87,44 @@ def test_the_agent_does_not_load_the_other_commands() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--agent-tls-server-name", "a.b.svc"], "TLS to the agents needs --agent-tls-ca"),
+        (["--agent-tls-ca", "{ca}", "--agent-tls-cert", "{ca}"], "--agent-tls-cert and --agent-tls-key go together"),
+        (["--agent-tls-ca", "/nonexistent/ca.crt"], "--agent-tls-ca"),
+        (["--tls-cert", "{ca}"], "TLS needs both --tls-cert and --tls-key"),
+    ],
+)
+def test_tls_flags_are_checked_before_starting(flags: list[str], message: str, tmp_path: Any) -> None:
+    import argparse
+
+    from gpuscale.cli import scaler as cli
+    from gpuscale.errors import UsageError
+
+    ca = tmp_path / "ca.crt"
+    ca.write_text("not checked here")
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers())
+    args = parser.parse_args(["scaler", "--agents", "127.0.0.1:6000", *(f.format(ca=ca) for f in flags)])
+    with pytest.raises(UsageError, match=message):
+        cli.settings_from_args(args)
+
+
+def test_agent_tls_flags_reach_the_subscriber(tmp_path: Any) -> None:
+    import argparse
+
+    from gpuscale.cli import scaler as cli
+
+    files = []
+    for name in ("ca.crt", "tls.crt", "tls.key"):
+        (tmp_path / name).write_text("pem")
+        files.append(str(tmp_path / name))
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers())
+    args = parser.parse_args(["scaler", "--agents", "127.0.0.1:6000", "--agent-tls-ca", files[0], "--agent-tls-cert",
+                              files[1], "--agent-tls-key", files[2], "--agent-tls-server-name", "gpuscale-agent.ns.svc"])
+    s = cli.settings_from_args(args).subscriber
+    assert (s.tls_ca, s.tls_cert, s.tls_key, s.tls_server_name) == (*files, "gpuscale-agent.ns.svc")

@@ -26,6 +26,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "amd": {"agent": {"backend": "amdsmi", "amd": {"enabled": True, "visibleDevices": "all"},
                       "nvidia": {"visibleDevices": ""}}},
     "tls": {"scaler": {"tls": {"enabled": True, "secretName": "gpuscale-tls", "clientAuth": True}}},
+    "agent-tls": {"agent": {"tls": {"enabled": True, "secretName": "gpuscale-agent-tls"}}},
     "monitoring": {"serviceMonitor": {"enabled": True, "labels": {"release": "kps"}},
                    "networkPolicy": {"enabled": True,
                                      "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]}},
@@ -190,6 +191,28 @@ def test_tls(rendered: dict[str, dict[str, str]]) -> None:
     assert 'enableTLS: "true"' in rendered["tls"]["gpuscale/templates/NOTES.txt"]
 
 
+def test_agent_tls(rendered: dict[str, dict[str, str]]) -> None:
+    """One Secret, mounted in both: the agents serve it and require a client certificate from its CA; the
+    scaler presents it and checks the agents' certificate against their Service name (it dials pod IPs)."""
+    objs = objects(rendered["agent-tls"])
+    volume = {"name": "agent-tls", "secret": {"secretName": "gpuscale-agent-tls"}}
+    agent = find(objs, "DaemonSet")["spec"]["template"]["spec"]
+    assert {"--tls-cert=/etc/gpuscale/agent-tls/tls.crt", "--tls-key=/etc/gpuscale/agent-tls/tls.key",
+            "--tls-client-ca=/etc/gpuscale/agent-tls/ca.crt"} <= set(agent["containers"][0]["args"])
+    assert volume in agent["volumes"]
+    scaler = find(objs, "Deployment")["spec"]["template"]["spec"]
+    args = scaler["containers"][0]["args"]
+    assert {"--agent-tls-ca=/etc/gpuscale/agent-tls/ca.crt", "--agent-tls-cert=/etc/gpuscale/agent-tls/tls.crt",
+            "--agent-tls-key=/etc/gpuscale/agent-tls/tls.key",
+            "--agent-tls-server-name=gpuscale-agent.gpuscale.svc"} <= set(args)
+    assert volume in scaler["volumes"]
+    assert {"name": "agent-tls", "mountPath": "/etc/gpuscale/agent-tls", "readOnly": True} in (
+        scaler["containers"][0]["volumeMounts"]
+    )
+    assert not any("tls" in a for a in find(objects(rendered["default"]), "Deployment")["spec"]["template"]["spec"]
+                   ["containers"][0]["args"])
+
+
 def test_monitoring(rendered: dict[str, dict[str, str]]) -> None:
     objs = objects(rendered["monitoring"])
     monitors = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ServiceMonitor"}
@@ -228,6 +251,7 @@ BAD_VALUES = [
     ({"scaler": {"replicas": 0}}, "/scaler/replicas"),
     ({"scaler": {"ingestWorkers": -1}}, "/scaler/ingestWorkers"),
     ({"scaler": {"tls": {"enabled": True}}}, "/scaler/tls/secretName"),
+    ({"agent": {"tls": {"enabled": True}}}, "/agent/tls/secretName"),
     ({"scaler": {"profiles": {"Bad_Name": {}}}}, "/scaler/profiles"),
     ({"scaler": {"service": {"headless": "yes"}}}, "/scaler/service/headless"),
     ({"serviceMonitor": {"interval": "fast"}}, "/serviceMonitor/interval"),

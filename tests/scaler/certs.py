@@ -1,4 +1,6 @@
-"""Throwaway PKI for TLS tests: a CA, a server certificate for 127.0.0.1/localhost, a client certificate."""
+"""Throwaway PKI for TLS tests: a CA, a server certificate for 127.0.0.1/localhost, a client certificate, and
+two certificates for a Service name only (server and client use, as one cert-manager Certificate gives the
+agents and the scaler), to dial by IP with a server-name override and to rotate one into the other."""
 
 from __future__ import annotations
 
@@ -21,6 +23,13 @@ class Pki:
     client_cert: Path
     client_key: Path
     other_ca: Path  # a CA that signed nothing here
+    service_cert: Path  # DNS name SERVICE_NAME only; server and client auth
+    service_key: Path
+    service_cert_2: Path  # the same name, another key and serial: a renewal
+    service_key_2: Path
+
+
+SERVICE_NAME = "gpuscale-agent.gpuscale.svc"
 
 
 def _name(cn: str) -> x509.Name:
@@ -56,7 +65,12 @@ def _ca(cn: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
 
 
 def _leaf(
-    ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, cn: str, server: bool
+    ca: x509.Certificate,
+    ca_key: ec.EllipticCurvePrivateKey,
+    cn: str,
+    server: bool,
+    *,
+    names: list[x509.GeneralName] | None = None,
 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     key = _key()
     now = datetime.datetime.now(datetime.UTC)
@@ -69,11 +83,16 @@ def _leaf(
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(
-            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]),
+            x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH] if names
+                else [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]
+            ),
             critical=False,
         )
     )
-    if server:
+    if names:
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    elif server:
         builder = builder.add_extension(
             x509.SubjectAlternativeName(
                 [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
@@ -88,7 +107,12 @@ def make_pki(directory: Path) -> Pki:
     other, _ = _ca("another CA")
     server, server_key = _leaf(ca, ca_key, "gpuscale-scaler", server=True)
     client, client_key = _leaf(ca, ca_key, "keda-operator", server=False)
+    service = [_leaf(ca, ca_key, "gpuscale", server=True, names=[x509.DNSName(SERVICE_NAME)]) for _ in range(2)]
     files = {
+        "service.pem": service[0][0].public_bytes(serialization.Encoding.PEM),
+        "service-key.pem": _pem_key(service[0][1]),
+        "service-2.pem": service[1][0].public_bytes(serialization.Encoding.PEM),
+        "service-key-2.pem": _pem_key(service[1][1]),
         "ca.pem": ca.public_bytes(serialization.Encoding.PEM),
         "other-ca.pem": other.public_bytes(serialization.Encoding.PEM),
         "server.pem": server.public_bytes(serialization.Encoding.PEM),
@@ -100,4 +124,5 @@ def make_pki(directory: Path) -> Pki:
         (directory / name).write_bytes(data)
     d = directory
     return Pki(d / "ca.pem", d / "server.pem", d / "server-key.pem", d / "client.pem", d / "client-key.pem",
-               d / "other-ca.pem")
+               d / "other-ca.pem", d / "service.pem", d / "service-key.pem", d / "service-2.pem",
+               d / "service-key-2.pem")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..tls import TlsFiles
+
 __all__ = ["AgentSettings"]
 
 
@@ -27,6 +29,7 @@ class AgentSettings:
     proc_root: Path = Path("/proc")
     extra_resource_names: tuple[str, ...] = field(default=())
     serve_external_scaler: bool = False
+    tls: TlsFiles | None = None  # the gRPC server's (Watch, and the node-scope external scaler)
 
     @property
     def history_length(self) -> int:

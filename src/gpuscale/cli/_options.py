@@ -14,16 +14,19 @@ from ..backends.mock import FileDemand, MockBackend, MockConfig, find_model
 from ..backends.patterns import PATTERN_SYNTAX, parse_patterns
 from ..errors import UsageError
 from ..lifecycle import EVENT_LOOPS, event_loop_factory
+from ..tls import TlsFiles
 
 __all__ = [
     "add_backend_arguments",
     "add_server_arguments",
+    "add_server_tls_arguments",
     "backend_from_args",
     "check_server_arguments",
     "env",
     "existing_file",
     "mock_config_from_args",
     "positive_seconds",
+    "server_tls_from_args",
 ]
 
 
@@ -160,3 +163,24 @@ def backend_from_args(args: argparse.Namespace, *, node: str = "mock", open_it: 
     if not open_it:  # the agent opens it, and retries while no driver is loaded (auto included)
         return create_backend(name)
     return open_backend(name)
+
+
+def add_server_tls_arguments(parser: argparse.ArgumentParser, title: str, clients: str) -> None:
+    """``--tls-cert``, ``--tls-key``, ``--tls-client-ca`` (``GPUSCALE_TLS_*``) of a gRPC server."""
+    t = parser.add_argument_group(title)
+    t.add_argument("--tls-cert", default=env("TLS_CERT"), help="PEM certificate of the gRPC server")
+    t.add_argument("--tls-key", default=env("TLS_KEY"), help="PEM private key of the gRPC server")
+    t.add_argument(
+        "--tls-client-ca",
+        default=env("TLS_CLIENT_CA"),
+        help=f"PEM CA bundle; when given, {clients} must present a certificate it signed (mutual TLS)",
+    )
+
+
+def server_tls_from_args(args: argparse.Namespace) -> TlsFiles | None:
+    if not (args.tls_cert or args.tls_key or args.tls_client_ca):
+        return None
+    if not (args.tls_cert and args.tls_key):
+        raise UsageError("TLS needs both --tls-cert and --tls-key (and optionally --tls-client-ca)")
+    ca = existing_file(args.tls_client_ca, "--tls-client-ca") if args.tls_client_ca else None
+    return TlsFiles(existing_file(args.tls_cert, "--tls-cert"), existing_file(args.tls_key, "--tls-key"), ca)

@@ -19,10 +19,12 @@ from ..backends.base import Backend
 from ._options import (
     add_backend_arguments,
     add_server_arguments,
+    add_server_tls_arguments,
     backend_from_args,
     check_server_arguments,
     env,
     positive_seconds,
+    server_tls_from_args,
 )
 
 __all__ = ["register"]
@@ -89,6 +91,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="also answer KEDA's externalscaler calls for this node's GPUs (trigger scope: node) on the "
         "gRPC port",
     )
+    add_server_tls_arguments(p, "TLS (between the scaler, or KEDA, and the agent)", "clients (the scaler)")
     p.set_defaults(func=run)
 
 
@@ -109,6 +112,7 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         proc_root=Path(args.proc_root),
         extra_resource_names=tuple(n.strip() for n in args.extra_resource_names.split(",") if n.strip()),
         serve_external_scaler=args.serve_external_scaler,
+        tls=server_tls_from_args(args),
     )
 
 

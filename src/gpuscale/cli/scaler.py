@@ -14,8 +14,17 @@ from ..errors import UsageError
 from ..netaddr import parse_host_port
 from ..scaler.errors import ProfileError
 from ..scaler.profiles import ProfileSet, load_profiles
-from ..scaler.server import Scaler, ScalerSettings, TlsFiles
-from ._options import add_server_arguments, check_server_arguments, env, existing_file, positive_seconds
+from ..scaler.server import Scaler, ScalerSettings
+from ..scaler.subscriber import SubscriberSettings
+from ._options import (
+    add_server_arguments,
+    add_server_tls_arguments,
+    check_server_arguments,
+    env,
+    existing_file,
+    positive_seconds,
+    server_tls_from_args,
+)
 
 __all__ = ["register", "settings_from_args"]
 
@@ -66,15 +75,43 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "in-cluster configuration in a pod, else none (then workload scope needs podSelector)",
     )
     p.add_argument("--profiles", default=env("PROFILES"), help="YAML file of more trigger profiles")
-    t = p.add_argument_group("TLS (between KEDA and the scaler)")
-    t.add_argument("--tls-cert", default=env("TLS_CERT"), help="PEM certificate of the gRPC server")
-    t.add_argument("--tls-key", default=env("TLS_KEY"), help="PEM private key of the gRPC server")
-    t.add_argument(
-        "--tls-client-ca",
-        default=env("TLS_CLIENT_CA"),
-        help="PEM CA bundle; when given, clients must present a certificate it signed (mutual TLS)",
+    add_server_tls_arguments(p, "TLS (between KEDA and the scaler)", "clients (KEDA)")
+    a = p.add_argument_group("TLS to the agents (their --tls-cert)")
+    a.add_argument(
+        "--agent-tls-ca",
+        default=env("AGENT_TLS_CA"),
+        help="PEM CA bundle that signed the agents' certificates",
+    )
+    a.add_argument(
+        "--agent-tls-cert",
+        default=env("AGENT_TLS_CERT"),
+        help="PEM client certificate of the scaler, for agents that require one (their --tls-client-ca)",
+    )
+    a.add_argument("--agent-tls-key", default=env("AGENT_TLS_KEY"), help="PEM key of --agent-tls-cert")
+    a.add_argument(
+        "--agent-tls-server-name",
+        default=env("AGENT_TLS_SERVER_NAME"),
+        help="the name in the agents' certificate (agents are dialled by IP; default: their address)",
     )
     p.set_defaults(func=run)
+
+
+def agent_tls_from_args(args: argparse.Namespace) -> dict[str, str | None]:
+    """The SubscriberSettings fields for TLS to the agents."""
+    given = args.agent_tls_ca or args.agent_tls_cert or args.agent_tls_key or args.agent_tls_server_name
+    if not given:
+        return {}
+    if not args.agent_tls_ca:
+        raise UsageError("TLS to the agents needs --agent-tls-ca (the CA that signed their certificate)")
+    if bool(args.agent_tls_cert) != bool(args.agent_tls_key):
+        raise UsageError("--agent-tls-cert and --agent-tls-key go together")
+    cert, key = args.agent_tls_cert, args.agent_tls_key
+    return {
+        "tls_ca": str(existing_file(args.agent_tls_ca, "--agent-tls-ca")),
+        "tls_cert": str(existing_file(cert, "--agent-tls-cert")) if cert else None,
+        "tls_key": str(existing_file(key, "--agent-tls-key")) if key else None,
+        "tls_server_name": args.agent_tls_server_name or None,
+    }
 
 
 def settings_from_args(args: argparse.Namespace) -> ScalerSettings:
@@ -94,14 +131,8 @@ def settings_from_args(args: argparse.Namespace) -> ScalerSettings:
         workers = -1
     if workers < 0:
         raise UsageError(f'--ingest-workers "{args.ingest_workers}" must be a whole number, 0 or more')
-    tls = None
-    if args.tls_cert or args.tls_key or args.tls_client_ca:
-        if not (args.tls_cert and args.tls_key):
-            raise UsageError("TLS needs both --tls-cert and --tls-key (and optionally --tls-client-ca)")
-        ca = existing_file(args.tls_client_ca, "--tls-client-ca") if args.tls_client_ca else None
-        tls = TlsFiles(
-            existing_file(args.tls_cert, "--tls-cert"), existing_file(args.tls_key, "--tls-key"), ca
-        )
+    tls = server_tls_from_args(args)
+    agent_tls = agent_tls_from_args(args)
     return ScalerSettings(
         ingest_workers=workers,
         event_loop=args.event_loop,
@@ -114,6 +145,7 @@ def settings_from_args(args: argparse.Namespace) -> ScalerSettings:
         in_cluster=bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and args.kubeconfig is None,
         tls=tls,
         history_s=positive_seconds(args.history, "--history"),
+        subscriber=SubscriberSettings(**agent_tls),  # type: ignore[arg-type]
     )
 
 

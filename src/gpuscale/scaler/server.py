@@ -8,7 +8,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -21,6 +20,7 @@ from prometheus_client import CollectorRegistry
 from ..httpserve import make_app, serve_app
 from ..lifecycle import cancel_tasks, within
 from ..netaddr import join_host_port, parse_host_port, split_address
+from ..tls import TlsFiles, server_credentials
 from .discovery import Discovery, DnsDiscovery, StaticDiscovery, follow
 from .ingest import WorkerPool
 from .metadata import MetadataCache
@@ -33,16 +33,6 @@ from .subscriber import AgentPool, SubscriberSettings
 __all__ = ["Scaler", "ScalerSettings", "TlsFiles", "server_credentials"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class TlsFiles:
-    """PEM files: the server's certificate and key; with ``client_ca``, clients must present a certificate
-    it signed (mutual TLS)."""
-
-    cert: Path
-    key: Path
-    client_ca: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,14 +51,6 @@ class ScalerSettings:
     ingest_workers: int = 0  # > 0: read the agent streams in that many child processes (scaler/ingest.py)
     event_loop: str = "auto"  # of the ingest workers
 
-
-def server_credentials(tls: TlsFiles) -> grpc.ServerCredentials:
-    ca = tls.client_ca.read_bytes() if tls.client_ca is not None else None
-    return grpc.ssl_server_credentials(
-        [(tls.key.read_bytes(), tls.cert.read_bytes())],
-        root_certificates=ca,
-        require_client_auth=ca is not None,
-    )
 
 
 class Scaler:

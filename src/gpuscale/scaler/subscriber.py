@@ -14,6 +14,7 @@ import logging
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import grpc
@@ -21,6 +22,7 @@ import grpc.aio
 
 from .._proto import agent_pb2, agent_pb2_grpc
 from ..lifecycle import cancel_tasks
+from ..tls import ClientTls, channel_credentials, channel_options
 
 __all__ = ["AgentPool", "AgentSubscriber", "StreamCounters", "StreamSink", "SubscriberSettings"]
 
@@ -56,6 +58,22 @@ class SubscriberSettings:
     backoff_max_s: float = 10.0
     forget_after_s: float = 600.0  # a node disconnected this long is forgotten
     max_message_bytes: int = 64 * 1024 * 1024
+    # TLS to the agents (paths, so that the settings travel to ingest workers as JSON): the CA that signed
+    # their certificate, this scaler's own certificate and key for mutual TLS, the name their certificate has
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_server_name: str | None = None
+
+    def client_tls(self) -> ClientTls | None:
+        if self.tls_ca is None:
+            return None
+        return ClientTls(
+            Path(self.tls_ca),
+            Path(self.tls_cert) if self.tls_cert else None,
+            Path(self.tls_key) if self.tls_key else None,
+            self.tls_server_name or None,
+        )
 
 
 class _Silent(Exception):
@@ -73,13 +91,12 @@ class AgentSubscriber:
         state: StreamSink,
         settings: SubscriberSettings,
         metrics: StreamCounters | None = None,
-        credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         self.address = address
         self.state = state
         self.settings = settings
         self.metrics = metrics
-        self.credentials = credentials
+        self.tls = settings.client_tls()
         self.connected = False
         self.node: str | None = None
         self.agent_id = ""
@@ -129,15 +146,20 @@ class AgentSubscriber:
 
     async def _stream(self) -> None:
         s = self.settings
-        options = [
+        options: list[tuple[str, int | str]] = [
             ("grpc.max_receive_message_length", s.max_message_bytes),
             ("grpc.keepalive_time_ms", 30_000),
             ("grpc.keepalive_timeout_ms", 10_000),
         ]
-        if self.credentials is None:
+        if self.tls is None:
             channel = grpc.aio.insecure_channel(self.address, options=options)
-        else:
-            channel = grpc.aio.secure_channel(self.address, self.credentials, options=options)
+        else:  # read at every connection: a rotated certificate is picked up at the next one
+            try:
+                credentials = channel_credentials(self.tls)
+            except OSError as e:
+                raise _Protocol(f"cannot read the TLS files for the agents: {e}") from e
+            options += channel_options(self.tls)
+            channel = grpc.aio.secure_channel(self.address, credentials, options=options)
         async with channel:
             request = agent_pb2.WatchRequest(client=s.client, history_seconds=int(s.history_s))
             call = agent_pb2_grpc.AgentStub(channel).Watch(request)
@@ -185,12 +207,10 @@ class AgentPool:
         state: StreamSink,
         settings: SubscriberSettings | None = None,
         metrics: StreamCounters | None = None,
-        credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         self.state = state
         self.settings = settings or SubscriberSettings()
         self.metrics = metrics
-        self.credentials = credentials
         self._subs: dict[str, tuple[AgentSubscriber, asyncio.Task[None]]] = {}
 
     @property
@@ -208,7 +228,7 @@ class AgentPool:
     def reconcile(self, addresses: Iterable[str]) -> None:
         wanted = set(addresses)
         for address in sorted(wanted - self._subs.keys()):
-            sub = AgentSubscriber(address, self.state, self.settings, self.metrics, self.credentials)
+            sub = AgentSubscriber(address, self.state, self.settings, self.metrics)
             log.info("agent %s discovered", address)
             self._subs[address] = (sub, asyncio.create_task(sub.run(), name=f"watch {address}"))
         for address in sorted(self._subs.keys() - wanted):
