@@ -213,6 +213,16 @@ def test_agent_tls(rendered: dict[str, dict[str, str]]) -> None:
                    ["containers"][0]["args"])
 
 
+def test_upgrade_with_reuse_values_from_a_release_without_agent_tls() -> None:
+    """``helm upgrade --reuse-values`` renders with the old release's values, which have no ``agent.tls``
+    (Helm then drops the new chart's defaults for it): the templates must not dereference it blindly."""
+    objs = objects(render_chart({"agent": {"tls": None}}))
+    for kind in ("DaemonSet", "Deployment"):
+        pod = find(objs, kind)["spec"]["template"]["spec"]
+        assert not any("tls" in a for a in pod["containers"][0]["args"]), kind
+        assert not any(v["name"] == "agent-tls" for v in pod["volumes"]), kind
+
+
 def test_monitoring(rendered: dict[str, dict[str, str]]) -> None:
     objs = objects(rendered["monitoring"])
     monitors = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ServiceMonitor"}
