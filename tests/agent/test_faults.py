@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 
 import pytest
 
@@ -80,3 +81,48 @@ async def test_driver_reload_reopens_the_backend(start_agent: AgentFactory) -> N
     assert backend.opens >= 2
     _, text = await scrape(agent)
     assert series(text, "gpuscale_agent_backend_reopens_total")[0][1] >= 1
+
+
+async def test_stop_never_closes_the_backend_under_a_running_read(start_agent: AgentFactory) -> None:
+    """A read still in its worker thread at stop (hung, or the round the stop interrupted): NVML must not be
+    shut down, nor its GPM samples freed, under it. The backend is left to the process's exit."""
+    backend = FlakyBackend(gpus=2, patterns="constant:20")
+    closes: list[bool] = []  # for each close: whether a read was running then
+    reading = threading.Event()
+    inner_sample, inner_close = backend.sample, backend.close
+
+    def sample(device):  # type: ignore[no-untyped-def]
+        reading.set()
+        try:
+            return inner_sample(device)
+        finally:
+            reading.clear()
+
+    def close() -> None:
+        closes.append(reading.is_set())
+        inner_close()
+
+    backend.sample, backend.close = sample, close  # type: ignore[method-assign]
+    agent = await start_agent(backend=backend, read_timeout=0.2)
+    await asyncio.sleep(0.25)
+    backend.hanging.add(1)
+    for _ in range(100):  # GPU 1's read hangs in its thread
+        if reading.is_set():
+            break
+        await asyncio.sleep(0.02)
+    assert reading.is_set()
+    await agent.stop()
+    try:
+        assert closes == []  # not closed: the read was still running
+    finally:
+        backend.hanging.clear()
+        backend.hang.set()
+    # Without a hung read, stop closes the backend, and no read runs then.
+    quiet = FlakyBackend(gpus=1)
+    quiet_closes: list[bool] = []
+    inner = quiet.close
+    quiet.close = lambda: (quiet_closes.append(True), inner())[1]  # type: ignore[method-assign]
+    calm = await start_agent(backend=quiet)
+    await asyncio.sleep(0.15)
+    await calm.stop()
+    assert quiet_closes == [True]

@@ -49,6 +49,7 @@ class Sampler:
             max_workers=max_workers, thread_name_prefix="gpu-read"
         )
         self._stuck: dict[str, concurrent.futures.Future[None]] = {}
+        self._inflight: set[concurrent.futures.Future[None]] = set()  # rounds a worker thread is running
         self._reopen_after = 0.0
         self._reopen_backoff = 1.0
         self.devices: tuple[DeviceInfo, ...] = ()
@@ -58,9 +59,22 @@ class Sampler:
         self.devices = tuple(self.backend.devices())
         return self.devices
 
-    def close(self) -> None:
+    def close(self, wait_s: float = 1.0) -> None:
+        """Close the backend, unless a read is still running in a worker thread after ``wait_s`` (a hung
+        read, or the round a stop interrupted): closing NVML under a read in progress (freeing its GPM
+        samples, shutting the library down) can crash the process. Then the backend stays open until the
+        process exits."""
+        running = [f for f in (*self._inflight, *self._stuck.values()) if not f.done()]
+        _, pending = concurrent.futures.wait(running, timeout=wait_s)
         try:
-            self.backend.close()
+            if pending:
+                log.warning(
+                    "%d GPU read(s) still running at stop; GPU backend %s left open until the process exits",
+                    len(pending),
+                    self.backend.name,
+                )
+            else:
+                self.backend.close()
         finally:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
@@ -86,6 +100,8 @@ class Sampler:
                 break
             job = _RoundJob(self.backend, todo)
             cf = self._pool.submit(job.run)
+            self._inflight.add(cf)
+            cf.add_done_callback(self._inflight.discard)
             try:
                 async with asyncio.timeout(self._timeout):  # not wait_for: see NodeState.wait_changed
                     await asyncio.shield(asyncio.wrap_future(cf))
