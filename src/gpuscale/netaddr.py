@@ -18,8 +18,10 @@ __all__ = ["any_address_socket", "join_host_port", "parse_host_port", "split_add
 def parse_host_port(text: str, what: str) -> tuple[str, int]:
     """``host:port`` or ``[v6]:port`` → (host, port); raise ``UsageError`` naming ``what``."""
     host, sep, port = text.strip().rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]")
     host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+    unbracketed_v6 = ":" in host and not bracketed  # fe80::1:6000 is ambiguous: [fe80::1]:6000
+    if not sep or not host or unbracketed_v6 or not port.isdigit() or not 0 < int(port) <= 65535:
         raise UsageError(
             f'{what} "{text}" must be HOST:PORT, e.g. [::]:6000, 0.0.0.0:6000 or '
             "gpuscale-agent.gpuscale-system:6000"

@@ -83,7 +83,7 @@ class _Reloader:
             return None
         self._seen = signature
         self.reloads += 1
-        log.info("TLS certificate %s changed: new connections use the new one", self.tls.cert)
+        log.info("TLS files of %s changed: offered to gRPC for new connections", self.tls.cert)
         return configuration
 
 

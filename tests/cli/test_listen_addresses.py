@@ -84,6 +84,14 @@ def test_addresses_round_trip(text: str, expected: tuple[str, int]) -> None:
     assert join_host_port(*expected) == text
 
 
+@pytest.mark.parametrize("text", ["fe80::1", "2001:db8::1:6000", "[::]", "[::1:6000", "host:0"])
+def test_ambiguous_or_malformed_addresses_are_refused(text: str) -> None:
+    from gpuscale.errors import UsageError
+
+    with pytest.raises(UsageError, match=r'--grpc-address ".*" must be HOST:PORT, e.g. \[::\]:6000'):
+        parse_host_port(text, "--grpc-address")
+
+
 def test_the_defaults_listen_on_every_family() -> None:
     from gpuscale.cli import build_parser
 
