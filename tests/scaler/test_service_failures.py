@@ -234,7 +234,11 @@ async def test_dns_name_without_agents_yet_is_ready_then_follows_them(
     client = keda(scaler.grpc_port)
     md = {"scope": "pool", "nodeSelector": "kubernetes.io/hostname=node-a", "targetValue": "60", "window": "0"}
     code, message = await client.code_of(client.metrics(md))
-    assert (code, message) == (grpc.StatusCode.UNAVAILABLE, "no agent has sent its state yet")
+    assert (code, message) == (
+        grpc.StatusCode.UNAVAILABLE,
+        "no agent has sent its state yet; the agents' DNS name agents.svc has no address: no agent pod is "
+        "ready, or the name is wrong",
+    )
 
     listed.append((socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port)))
 

@@ -128,7 +128,7 @@ class Scaler:
             await self.pool.start()
         await self._start_grpc(self.service)
         await self._start_http()
-        discovery = self._discovery or self._discovery_from_settings()
+        discovery = self._discovery = self._discovery or self._discovery_from_settings()
         interval = s.dns_interval_s if isinstance(discovery, DnsDiscovery) else 30.0
         self._tasks.append(asyncio.create_task(follow(discovery, self._apply_discovery, interval)))
 
@@ -141,6 +141,7 @@ class Scaler:
     def _apply_discovery(self, addresses: set[str]) -> None:
         self.pool.reconcile(addresses)
         self._discovered = True
+        self.state.discovery_note = None if addresses or self._discovery is None else self._discovery.note
 
     async def stop(self) -> None:
         """Stop everything; each step bounded (``gpuscale.lifecycle``), so a stop never hangs."""

@@ -114,6 +114,7 @@ class ClusterState:
         self._feeds_by_uuid: dict[str, set[_Feed]] = {}
         self._feeds_by_ns: dict[str, set[_Feed]] = {}
         self.updates = 0
+        self.discovery_note: str | None = None  # why discovery found no agent, when it can tell
 
     # -- reading ---------------------------------------------------------------------------------------
     def scope_problem(self, scope: Scope) -> str | None:
@@ -126,7 +127,8 @@ class ClusterState:
 
     def problem(self) -> str | None:
         if not self._nodes:
-            return "no agent has sent its state yet"
+            note = f"; {self.discovery_note}" if self.discovery_note else ""
+            return f"no agent has sent its state yet{note}"
         return None
 
     def select(self, query: Query) -> Selection:
