@@ -43,16 +43,11 @@ def test_generated_hpa_defaults() -> None:
         (so(), KedaState(100), 7, False, False, 401, 0),  # 401: straight from 7 to 0, bypassing the HPA
         (so(min_replica_count=2, idle_replica_count=0), KedaState(0), 4, False, False, 301, 0),  # to idle
         (so(min_replica_count=2, idle_replica_count=0), KedaState(0), 0, True, False, 330, 2),  # idle -> min
-        (so(fallback=Fallback(3, 6)), KedaState(0), 2, False, True, 30, 6),  # errors + fallback
-        (
-            so(),
-            KedaState(0),
-            2,
-            False,
-            True,
-            400,
-            0,
-        ),  # errors, no fallback, but inactive min 0: cooldown rules
+        # Inactive with failing triggers: no scale to zero, fallback or not (fallback acts through the
+        # metrics server, hpa.md 2.2-2.3); from zero, an error does not wake the workload either.
+        (so(fallback=Fallback(3, 6)), KedaState(0), 2, False, True, 30, None),
+        (so(), KedaState(0), 2, False, True, 400, None),
+        (so(fallback=Fallback(3, 6)), KedaState(0), 0, False, True, 30, None),
         (so(min_replica_count=2), KedaState(0), 1, False, False, 30, 2),  # below min while inactive
         (so(), KedaState(None, 0), 3, False, False, 1, 0),  # never active: creation + initialCooldown(0) < 1
     ],
@@ -71,6 +66,13 @@ def test_request_scale(
 
 def test_activation_refreshes_last_active_time() -> None:
     assert request_scale(so(), KedaState(10), 3, True, False, 70).state.last_active_time == 70
+
+
+def test_active_with_a_failing_trigger_does_not_refresh_last_active_time() -> None:
+    """KEDA's RequestScale: active with errors sets Ready Unknown and leaves lastActiveTime, so the cooldown
+    runs from the last poll where every trigger answered."""
+    assert request_scale(so(), KedaState(10), 3, True, True, 70).state.last_active_time == 10
+    assert request_scale(so(), KedaState(10), 0, True, True, 70).replicas == 1  # from zero it still wakes
 
 
 @pytest.mark.parametrize(

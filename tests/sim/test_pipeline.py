@@ -103,6 +103,10 @@ def test_quantities_round_up_to_milli(value: object, milli: int | None) -> None:
     assert parse_quantity_milli(value) == milli
 
 
-@pytest.mark.parametrize(("value", "milli"), [(70.0009, 70_000), (-3.0, 0), (float("nan"), 0)])
-def test_keda_values_truncate(value: float, milli: int) -> None:
+@pytest.mark.parametrize(
+    ("value", "milli"),
+    [(70.0009, 70_001), (70.0004, 70_000), (1.001, 1_001), (0.0004, 0), (-3.0, 0), (float("nan"), 0)],
+)
+def test_keda_values_round_to_the_nearest_milli(value: float, milli: int) -> None:
+    """KEDA 2.20 parses ``%.3f`` (2.19 truncated: 1.001 became 1000 milli, as 1.001 * 1000 < 1001)."""
     assert keda_milli(value) == milli

@@ -112,3 +112,70 @@ def test_without_matplotlib_the_csv_and_json_are_written_and_the_plot_is_explain
     assert (out / "timeline.csv").exists() and (out / "summary.json").exists()
     assert not (out / "plot.png").exists()
     assert "no plot.png: matplotlib is not installed; pip install 'gpuscale[plots]' for it" in run.stdout
+
+
+PUSH_FALSE = """
+name: push-false
+durationSeconds: 200
+workload: {capacityPerReplica: 5, provisioningSeconds: 0, loadSeconds: 0, initialReplicas: 2}
+demand: {shape: step, before: 8, after: 1, atSeconds: 105}
+policies:
+  - name: prometheus-and-push
+    pipeline:
+      prometheus: {signal: demand}
+    scaledObject:
+      apiVersion: keda.sh/v1alpha1
+      kind: ScaledObject
+      metadata: {name: w}
+      spec:
+        scaleTargetRef: {name: w}
+        minReplicaCount: 0
+        cooldownPeriod: 10
+        pollingInterval: 30
+        triggers:
+          - type: prometheus
+            metadata: {serverAddress: http://p, query: q, threshold: "4", activationThreshold: "0"}
+          - type: external-push
+            metadata: {scalerAddress: s:1, targetValue: "70", activationValue: "50"}
+"""
+
+
+def test_a_pushed_false_never_deactivates_a_workload_another_trigger_keeps_active() -> None:
+    """KEDA 2.18+ (keda.md 2.6, kedacore/keda#6986): StreamIsActive's false is ignored; deactivation comes from
+    polling and cooldownPeriod. The Prometheus trigger stays active (demand > 0), so replicas never reach 0."""
+    tl = run_scenario(parse_scenario(PUSH_FALSE)).timelines[0]
+    assert min(tl.desired) > 0
+
+
+FALLBACK = """
+name: fallback
+durationSeconds: 120
+workload: {capacityPerReplica: 5, provisioningSeconds: 0, loadSeconds: 0, initialReplicas: 2}
+demand: {shape: constant, value: 5}
+policies:
+  - name: query-returns-nothing
+    kedaPollOffsetSeconds: 20
+    pipeline:
+      prometheus: {signal: avg(gpu_utilization), scrapeIntervalSeconds: 30, rangeSeconds: 1, scrapeOffsetSeconds: 29}
+    scaledObject:
+      apiVersion: keda.sh/v1alpha1
+      kind: ScaledObject
+      metadata: {name: w}
+      spec:
+        scaleTargetRef: {name: w}
+        minReplicaCount: 1
+        fallback: {failureThreshold: 3, replicas: 6}
+        triggers:
+          - type: prometheus
+            metricType: Value
+            metadata: {serverAddress: http://p, query: q, threshold: "70", ignoreNullValues: "false"}
+"""
+
+
+def test_fallback_reaches_the_hpa_after_more_than_failure_threshold_failures() -> None:
+    """Fallback acts through the metrics server once NumberOfFailures > failureThreshold (the 4th failing HPA
+    sync here, t=45), never as a write by the operator; the HPA then moves at its own pace (legacy scale-up
+    limit max(2 x 2, 4) = 4, then 6)."""
+    tl = run_scenario(parse_scenario(FALLBACK)).timelines[0]
+    changes = [(t, tl.desired[t]) for t in range(1, len(tl.desired)) if tl.desired[t] != tl.desired[t - 1]]
+    assert changes == [(45, 4), (60, 6)]

@@ -130,7 +130,7 @@ def _readings(policy: Policy, run: _Run, t: int, pods: tuple[PodInfo, ...]) -> t
                 run.keda_state.last_active_time, run.keda_state.created_at, tuple(failures)
             )
             fb = so.fallback
-            if fb is not None and failures[i] >= fb.failure_threshold:
+            if fb is not None and failures[i] > fb.failure_threshold:  # fallback.go: NumberOfFailures > it
                 out.append(
                     ExternalReading(
                         (fallback_milli(fb, metric.target_type, metric.target_milli, run.replicas, ready),)
@@ -165,8 +165,11 @@ def _keda_poll(policy: Policy, so: ScaledObjectSpec, run: _Run, t: int, push_onl
             changed = changed or push[i] != is_active
             push[i] = is_active
     run.push_active = tuple(push)
-    if push_only and not changed:
-        return  # StreamIsActive sends only on change
+    if push_only:
+        # StreamIsActive sends on change; KEDA (2.18+) acts on a pushed true only: a pushed false is ignored,
+        # and deactivation comes from polling and cooldownPeriod (kedacore/keda#6986)
+        if not changed or not active:
+            return
     decision = request_scale(so, run.keda_state, run.replicas, active, error and not push_only, t)
     run.keda_state = decision.state
     if decision.replicas is not None:

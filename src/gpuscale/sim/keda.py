@@ -3,8 +3,9 @@
 Pure. ``hpa_for`` mirrors ``controllers/keda/hpa.go`` (min ``max(1, minReplicaCount)``, max default 100,
 behavior copied or nil). ``request_scale`` mirrors ``RequestScale`` in
 ``pkg/scaling/executor/scale_scaledobjects.go``: activation 0->min(1), the N->0 drop after ``cooldownPeriod``
-(straight from N, bypassing the HPA), ``idleReplicaCount``, fallback on errors. ``fallback_milli`` is what
-the metrics server answers the HPA once a trigger has failed ``failureThreshold`` times in a row.
+(straight from N, bypassing the HPA), ``idleReplicaCount``; on trigger errors no scale to zero (and no
+``lastActiveTime`` refresh). ``fallback_milli`` is what the metrics server answers the HPA once a trigger
+has failed more than ``failureThreshold`` times in a row: the only way fallback acts.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .hpa import Behavior, HpaSpec, MetricSpec, TargetType
+from .quantity import keda_milli
 
 __all__ = [
     "Fallback",
@@ -71,13 +73,14 @@ class ScaledObjectSpec:
 
 
 def hpa_for(so: ScaledObjectSpec) -> HpaSpec:
-    """``newHPAForScaledObject``: External metrics ``s<i>-<type>``, target milli = ``int(threshold*1000)``."""
+    """``newHPAForScaledObject``: External metrics ``s<i>-<type>``, target milli from the threshold as KEDA
+    2.20 converts it (``keda_milli``)."""
     metrics = tuple(
         MetricSpec(
             name=f"s{i}-{t.kind}",
             source="External",
             target_type=t.metric_type,
-            target_milli=int(t.target * 1000),
+            target_milli=keda_milli(t.target),
         )
         for i, t in enumerate(so.triggers)
     )
@@ -117,9 +120,13 @@ def request_scale(
         if (idle is not None and current < min_r) or current == 0:
             target = min_r if min_r > 0 else 1  # scaleFromZeroOrIdle
             return ScaleRequest(_active(state, now), target, "activated (scale from zero/idle)")
+        if error:  # some trigger failed: Ready Unknown, and lastActiveTime is not refreshed
+            return ScaleRequest(state, None, "active, some triggers failing: HPA owns 1<->N")
         return ScaleRequest(_active(state, now), None, "active: HPA owns 1<->N")
-    if error and so.fallback is not None and so.fallback.replicas != 0:
-        return ScaleRequest(state, so.fallback.replicas, "fallback: trigger errors")
+    if error:
+        # No scale to zero on errors. Fallback, when configured, reaches the HPA through the metrics server
+        # (``fallback_milli``), never as a write here; without one the ScaledObject turns Ready=False.
+        return ScaleRequest(state, None, "inactive with failing triggers: replicas kept")
     if (idle is not None and current > idle) or (current > 0 and min_r == 0):
         if state.last_active_time is None:
             expired = state.created_at + so.initial_cooldown_period < now

@@ -1,7 +1,8 @@
 """Kubernetes quantities as the HPA reads them: integer milli-units.
 
 The HPA converts every quantity with ``Quantity.MilliValue()``, which rounds *up* to a whole milli-unit.
-KEDA builds metric values and targets from float64 with ``int64(value * 1000)``, which truncates.
+KEDA (2.20+) builds metric values and targets from float64 by parsing ``fmt.Sprintf("%.3f", value)``: the
+value rounded to the nearest milli-unit (2.19 and older truncated, ``int64(value * 1000)``).
 """
 
 from __future__ import annotations
@@ -53,8 +54,9 @@ def parse_quantity_milli(value: object) -> int | None:
 
 
 def keda_milli(value: float) -> int:
-    """A float metric value or threshold as KEDA hands it to the HPA: ``int64(value*1000)``; NaN, Inf and
-    negative values become 0 (``pkg/scalers/scaler.go``)."""
+    """A float metric value or threshold as KEDA 2.20 hands it to the HPA: ``%.3f``, parsed (the nearest
+    milli-unit; Python's and Go's ``%.3f`` both round the exact binary value correctly); NaN, Inf and
+    negative values become 0 (``quantityFromFloat64``, kedacore/keda#7534)."""
     if not math.isfinite(value) or value < 0:
         return 0
-    return int(value * 1000)
+    return int(Fraction(f"{value:.3f}") * 1000)
