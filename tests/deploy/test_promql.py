@@ -63,7 +63,8 @@ async def attributed_agent(start_agent: AgentFactory, kubelet: FakeKubelet) -> A
 
 
 def _options(**kw: Any) -> ScaledObjectOptions:
-    return ScaledObjectOptions("deployment/llm", "ai", mode="prometheus", window="5", **kw)
+    # this test's Prometheus scrapes every second: a 5 s window keeps its 5 s range
+    return ScaledObjectOptions("deployment/llm", "ai", mode="prometheus", window="5", scrape_interval=1.0, **kw)
 
 
 async def test_rendered_queries(start_agent: AgentFactory, kubelet: FakeKubelet, tmp_path: Path) -> None:
@@ -76,7 +77,7 @@ async def test_rendered_queries(start_agent: AgentFactory, kubelet: FakeKubelet,
             assert one_value(prom, query_of(_options(aggregation="max"))) == pytest.approx(70.0)
             assert one_value(prom, query_of(_options(aggregation="p50"))) == pytest.approx(50.0)
             # StatefulSet llm-embed: its pod llm-embed-0 only.
-            sts = ScaledObjectOptions("statefulset/llm-embed", "ai", mode="prometheus", window="5")
+            sts = ScaledObjectOptions("statefulset/llm-embed", "ai", mode="prometheus", window="5", scrape_interval=1.0)
             assert one_value(prom, query_of(sts)) == pytest.approx(90.0)
             # Memory: the rendered bytes query against the raw MiB series of the same GPUs.
             used = one_value(prom, query_of(_options(metric="memory_used", aggregation="sum", target_value="1Gi")))
@@ -90,7 +91,7 @@ async def test_rendered_queries(start_agent: AgentFactory, kubelet: FakeKubelet,
             assert one_value(prom, sm) == pytest.approx(0.8 * 50.0)
 
             # The adapter rule, expanded for the HPA's pods: one value per pod, the avg over each pod's GPUs.
-            cm = hpa_documents(HpaOptions("deployment/llm", "ai", window="5"))[1][1]
+            cm = hpa_documents(HpaOptions("deployment/llm", "ai", window="5", scrape_interval=1.0))[1][1]
             (rule,) = yaml.safe_load(cm["data"]["config.yaml"])["rules"]
             assert prom.query(rule["seriesQuery"])  # the adapter's discovery finds the series
             q = expand_rule(rule, "ai", [POD_A, POD_B])

@@ -69,9 +69,15 @@ CASES: list[tuple[dict[str, Any], str, dict[str, str]]] = [
      "AverageValue", {"scalerAddress": "s.x.svc:6001", "enableTLS": "true", "profile": "online-inference"}),
     ({"mode": "prometheus", "aggregation": "sum", "metric": "memory_used", "target_value": "40Gi"},
      "AverageValue", {"query": 'sum(avg_over_time(DCGM_FI_DEV_FB_USED{namespace="ai",pod=~"llm-[a-z0-9]+-[a-z0-9]{5}"}[30s]) * 1048576)',
-                      "threshold": "4.29497e+10"}),
+                      "threshold": "42949672960"}),  # 40Gi, every digit
     ({"mode": "prometheus", "profile": "online-inference", "exported_labels": True, "target": "statefulset/llm"},
-     "Value", {"query": 'quantile(0.9, avg_over_time(DCGM_FI_DEV_GPU_UTIL{exported_namespace="ai",exported_pod=~"llm-[0-9]+"}[10s]))'}),
+     # the profile's 10 s window, at the chart's 15 s scrape: a 30 s range, so it always holds a sample
+     "Value", {"query": 'quantile(0.9, avg_over_time(DCGM_FI_DEV_GPU_UTIL{exported_namespace="ai",exported_pod=~"llm-[0-9]+"}[30s]))'}),
+    ({"mode": "prometheus", "profile": "online-inference", "scrape_interval": 5.0},
+     "Value", {"query": 'quantile(0.9, avg_over_time(DCGM_FI_DEV_GPU_UTIL{namespace="ai",pod=~"llm-[a-z0-9]+-[a-z0-9]{5}"}[10s]))'}),
+    ({"mode": "prometheus", "window": "30", "scrape_interval": 60.0, "target_value": "70.25"},
+     "Value", {"query": 'avg(avg_over_time(DCGM_FI_DEV_GPU_UTIL{namespace="ai",pod=~"llm-[a-z0-9]+-[a-z0-9]{5}"}[120s]))',
+               "threshold": "70.25"}),
     ({"mode": "prometheus", "vendor": "amd", "window": "0", "pod_regex": "llm-.*"},
      "Value", {"query": 'avg(gpu_gfx_activity{namespace="ai",pod=~"llm-.*"})'}),
 ]

@@ -8,6 +8,7 @@ Adapter rule it needs. Only ``--target`` and ``--namespace`` are required.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from ..errors import UsageError
@@ -31,6 +32,16 @@ def _int(text: str) -> int:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f'"{text}" must be an integer') from None
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f'"{text}" must be a number of seconds greater than 0')
+    return value
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -66,6 +77,13 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--vendor", default="nvidia", choices=["nvidia", "amd"], help="series names (default nvidia)"
+    )
+    p.add_argument(
+        "--scrape-interval",
+        type=_seconds,
+        default=15.0,
+        help="seconds between Prometheus's scrapes of the agents (the chart's serviceMonitor.interval, "
+        "default 15): a query's averaging range is at least twice it, or it can hold no sample",
     )
     p.add_argument("-o", "--output", help="write to this file instead of standard output")
 
@@ -193,6 +211,7 @@ def run_scaledobject(args: argparse.Namespace) -> int:
         pod_regex=args.pod_regex,
         exported_labels=args.exported_labels,
         vendor=args.vendor,
+        scrape_interval=args.scrape_interval,
         profiles=_profiles(args),
     )
     return _write(render_scaledobject(options), args.output)
@@ -213,6 +232,7 @@ def run_hpa(args: argparse.Namespace) -> int:
         scale_down_stabilization=args.scale_down_stabilization,
         exported_labels=args.exported_labels,
         vendor=args.vendor,
+        scrape_interval=args.scrape_interval,
         adapter=args.adapter,
         adapter_namespace=args.adapter_namespace,
         adapter_configmap=args.adapter_configmap,

@@ -17,7 +17,18 @@ from dataclasses import dataclass
 from ..errors import UsageError
 from ..scaler.profiles import Aggregation, Metric
 
-__all__ = ["VENDORS", "LabelNames", "Series", "aggregate", "per_gpu", "series_for", "workload_matchers"]
+__all__ = [
+    "DEFAULT_SCRAPE_INTERVAL",
+    "VENDORS",
+    "LabelNames",
+    "Series",
+    "aggregate",
+    "exact",
+    "per_gpu",
+    "range_seconds",
+    "series_for",
+    "workload_matchers",
+]
 
 MIB = 1024 * 1024
 
@@ -94,14 +105,33 @@ def _fmt(value: float) -> str:
     return str(int(value)) if value == int(value) else repr(value)
 
 
-def per_gpu(series: Series, matchers: str, window: float, *, name: str | None = None) -> str:
-    """One value per GPU series: ``window``-second averages (none for window 0).
+DEFAULT_SCRAPE_INTERVAL = 15.0  # the chart's serviceMonitor.interval
+
+
+def range_seconds(window: float, scrape_interval: float = DEFAULT_SCRAPE_INTERVAL) -> float:
+    """The range a ``window``-second average is taken over in PromQL: at least two scrape intervals, or a
+    range can hold no sample at all (a 10 s range at a 15 s scrape is empty a third of the time, and an
+    empty result is an error KEDA acts on, or a pod the adapter calls missing)."""
+    return max(window, 2.0 * scrape_interval)
+
+
+def per_gpu(
+    series: Series,
+    matchers: str,
+    window: float,
+    *,
+    name: str | None = None,
+    scrape_interval: float = DEFAULT_SCRAPE_INTERVAL,
+) -> str:
+    """One value per GPU series: averages over ``range_seconds(window, scrape_interval)`` (none for window 0:
+    the newest sample).
 
     ``name`` replaces the main series' name (the adapter's ``<<.Series>>``)."""
+    span = range_seconds(window, scrape_interval)
 
     def term(metric: str) -> str:
         selector = f"{metric}{{{matchers}}}"
-        return f"avg_over_time({selector}[{_fmt(window)}s])" if window > 0 else selector
+        return f"avg_over_time({selector}[{_fmt(span)}s])" if window > 0 else selector
 
     main = term(name or series.name)
     if series.ratio_of:
@@ -110,6 +140,14 @@ def per_gpu(series: Series, matchers: str, window: float, *, name: str | None = 
     if series.scale != 1:
         return f"{main} * {_fmt(series.scale)}"
     return main
+
+
+def exact(value: float) -> str:
+    """A number as a manifest should carry it: every digit (``75161927680``, ``70.5``); ``:g`` keeps six
+    significant digits, and 70Gi would become 7.51619e+10."""
+    if value.is_integer() and abs(value) < 1e18:
+        return str(int(value))
+    return repr(value)
 
 
 def aggregate(aggregation: Aggregation, expr: str, by: str | None = None) -> str:

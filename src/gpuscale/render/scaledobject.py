@@ -22,7 +22,15 @@ from ..scaler.errors import MetadataError
 from ..scaler.metadata import TriggerMetadata, parse_metadata
 from ..scaler.profiles import ProfileSet
 from ._yaml import Document, dump
-from .promql import LabelNames, aggregate, per_gpu, series_for, workload_matchers
+from .promql import (
+    DEFAULT_SCRAPE_INTERVAL,
+    LabelNames,
+    aggregate,
+    exact,
+    per_gpu,
+    series_for,
+    workload_matchers,
+)
 from .target import Target, check_name, check_namespace, check_regex, parse_target
 
 __all__ = ["MODES", "ScaledObjectOptions", "render_scaledobject", "scaledobject_documents"]
@@ -68,6 +76,7 @@ class ScaledObjectOptions:
     pod_regex: str | None = None
     exported_labels: bool = False
     vendor: str = "nvidia"
+    scrape_interval: float = DEFAULT_SCRAPE_INTERVAL  # Prometheus's, of the agents: ranges are >= 2 of it
     # Profiles beyond the built-in ones (the scaler's --profiles file), to check --profile against.
     profiles: ProfileSet | None = None
 
@@ -188,15 +197,20 @@ def _prometheus_trigger(
         raise UsageError(f'--vendor "{o.vendor}" must be one of [amd, nvidia]')
     regex = check_regex(o.pod_regex) if o.pod_regex else target.pod_regex
     labels = LabelNames(exported=o.exported_labels)
-    expr = per_gpu(series_for(o.vendor, md.metric), workload_matchers(o.namespace, regex, labels), md.window)
+    expr = per_gpu(
+        series_for(o.vendor, md.metric),
+        workload_matchers(o.namespace, regex, labels),
+        md.window,
+        scrape_interval=o.scrape_interval,
+    )
     query = aggregate(md.aggregation, expr)
     additive = md.aggregation == "sum"
     metric_type = "AverageValue" if additive else "Value"
     metadata = {
         "serverAddress": o.prometheus_url,
         "query": query,
-        "threshold": f"{md.target_value:g}",
-        "activationThreshold": f"{md.activation_value:g}",
+        "threshold": exact(md.target_value),
+        "activationThreshold": exact(md.activation_value),
     }
     if o.min_replicas >= 1:
         # With pods running, an empty result means a lost target or broken labels: fail, not read 0.
