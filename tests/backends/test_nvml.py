@@ -189,6 +189,7 @@ def test_mig_instances_get_gpm_through_their_parent(monkeypatch: pytest.MonkeyPa
     gpu, m1, m2 = b.devices()
     assert (m1.parent_uuid, m1.mig_profile, m1.gpu_instance_id) == ("GPU-aaaa", "3g.71gb", 1)
     assert (m2.mig_profile, m2.gpu_instance_id) == ("4g.71gb", 2)
+    assert m1.name == "NVIDIA H200"  # the parent's model, as dcgm-exporter's modelName
     for d in (gpu, m1, m2):
         b.sample(d)
     s1, s2, whole = b.sample(m1), b.sample(m2), b.sample(gpu)
@@ -223,3 +224,24 @@ def test_the_fake_gpm_structures_are_the_bindings(monkeypatch: pytest.MonkeyPatc
                  "NVML_GPM_METRIC_DRAM_BW_UTIL"):
         assert getattr(pynvml_fake, name) == getattr(real, name), name
     assert ctypes.sizeof(pynvml_fake.c_nvmlGpmSample_t) == ctypes.sizeof(real.c_nvmlGpmSample_t)
+
+
+def test_mig_profile_is_the_drivers_name_not_a_rounded_memory_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An A100 80GB's 3g.40gb instance has 39.25 GiB: the profile comes from the instance's name, as
+    dcgm-exporter's GPU_I_PROFILE label has it; the attributes only when the name carries none."""
+    a100 = "NVIDIA A100-SXM4-80GB"
+    parent = FakeGpu(
+        "GPU-aaaa",
+        name=a100,
+        mig=(1, 1),
+        mig_devices=[
+            mig_instance("MIG-1", gi=1, slices=3, memory_gb=39.25, profile="3g.40gb", parent_name=a100),
+            mig_instance("MIG-2", gi=2, slices=1, memory_gb=9.75, profile="1g.10gb+me", parent_name=a100),
+            mig_instance("MIG-3", gi=3, slices=2, memory_gb=19.5, parent_name=a100),
+        ],
+    )
+    parent.mig_devices[2].name = "MIG-3"  # a driver that names instances by UUID only
+    monkeypatch.setitem(sys.modules, "pynvml", make_module([parent]))
+    _, m1, m2, m3 = opened().devices()
+    assert (m1.mig_profile, m2.mig_profile) == ("3g.40gb", "1g.10gb+me")
+    assert m3.mig_profile == "2g.20gb"  # from the attributes: 2 slices, round(19.5 GiB)

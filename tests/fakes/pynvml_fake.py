@@ -112,11 +112,22 @@ class FakeGpu:
     slices: int = 0
 
 
-def mig_instance(uuid: str, gi: int, slices: int, memory_gb: int, gpm: dict[int, float] | None = None) -> FakeGpu:
-    """A MIG instance as NVML shows it: no utilization, temperature or power of its own."""
+def mig_instance(
+    uuid: str,
+    gi: int,
+    slices: int,
+    memory_gb: float,
+    gpm: dict[int, float] | None = None,
+    *,
+    profile: str | None = None,
+    parent_name: str = "NVIDIA H200",
+) -> FakeGpu:
+    """A MIG instance as NVML shows it: named "<parent> MIG <profile>", its memory a little under the profile's
+    nominal size, and no utilization, temperature or power of its own."""
     return FakeGpu(
         uuid,
-        total=memory_gb * 1024**3,
+        name=f"{parent_name} MIG {profile or f'{slices}g.{round(memory_gb)}gb'}",
+        total=int(memory_gb * 1024**3),
         used=1024**3,
         gpu_instance_id=gi,
         slices=slices,

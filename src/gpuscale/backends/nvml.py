@@ -218,6 +218,20 @@ class NvmlBackend:
             request.metrics[i].metricId = metric_id
         self._gpm[uuid] = _Gpm(target, gpu_instance_id, previous, spare, request)
 
+    def _mig_profile(self, nvml: ModuleType, mh: Any) -> str | None:
+        """The profile's own name (``3g.40gb``, ``1g.10gb+me``), as the driver names the instance ("NVIDIA
+        A100-SXM4-80GB MIG 3g.40gb") and dcgm-exporter labels it: computing it from the memory size gives
+        ``3g.39gb``, since a 3g.40gb instance has 39.25 GiB. From the attributes only if the name has none."""
+        name = self._optional(nvml.nvmlDeviceGetName, mh)
+        if isinstance(name, bytes):
+            name = name.decode(errors="replace")
+        if isinstance(name, str) and " MIG " in f" {name} ":
+            return name.rsplit("MIG", 1)[1].strip() or None
+        attrs = self._optional(nvml.nvmlDeviceGetAttributes, mh)
+        if attrs is None:
+            return None
+        return f"{attrs.gpuInstanceSliceCount}g.{round(attrs.memorySizeMB / 1024)}gb"
+
     def _discover_mig(self, nvml: ModuleType, parent_handle: Any, parent: DeviceInfo) -> list[DeviceInfo]:
         out: list[DeviceInfo] = []
         for i in range(nvml.nvmlDeviceGetMaxMigDeviceCount(parent_handle)):
@@ -228,11 +242,8 @@ class NvmlBackend:
                     continue  # an empty slot
                 raise
             uuid = nvml.nvmlDeviceGetUUID(mh)
-            attrs = self._optional(nvml.nvmlDeviceGetAttributes, mh)
             mem = self._optional(nvml.nvmlDeviceGetMemoryInfo, mh)
-            profile = None
-            if attrs is not None:
-                profile = f"{attrs.gpuInstanceSliceCount}g.{round(attrs.memorySizeMB / 1024)}gb"
+            profile = self._mig_profile(nvml, mh)
             self._handles[uuid] = mh
             out.append(
                 DeviceInfo(
