@@ -245,3 +245,17 @@ def test_mig_profile_is_the_drivers_name_not_a_rounded_memory_size(monkeypatch: 
     _, m1, m2, m3 = opened().devices()
     assert (m1.mig_profile, m2.mig_profile) == ("3g.40gb", "1g.10gb+me")
     assert m3.mig_profile == "2g.20gb"  # from the attributes: 2 slices, round(19.5 GiB)
+
+
+def test_memory_used_leaves_out_what_the_driver_reserves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVML's v2 memory info splits total = free + used + reserved (dcgm-exporter's FB_USED / FB_RESERVED);
+    v1 counts the reserved memory as used, so an idle GPU read 512 MiB used. v1 only where v2 is missing."""
+    idle = FakeGpu("GPU-aaaa", used=0)
+    old = FakeGpu("GPU-bbbb", used=0, unsupported={"nvmlDeviceGetMemoryInfo_v2"})
+    monkeypatch.setitem(sys.modules, "pynvml", make_module([idle]))
+    (d,) = (b := opened()).devices()
+    assert b.sample(d).memory_used_bytes == 0
+    assert d.memory_total_bytes == idle.total
+    monkeypatch.setitem(sys.modules, "pynvml", make_module([old]))
+    (d,) = (b := opened()).devices()
+    assert b.sample(d).memory_used_bytes == 512 * 1024**2  # an old driver: v1, as before

@@ -25,6 +25,7 @@ NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_DRIVER_NOT_LOADED = 9
 NVML_ERROR_TIMEOUT = 10
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_GPU_IS_LOST = 15
 NVML_TEMPERATURE_GPU = 0
 NVML_CLOCK_SM = 1
@@ -39,6 +40,7 @@ NVML_GPM_METRIC_SM_OCCUPANCY = 3
 NVML_GPM_METRIC_ANY_TENSOR_UTIL = 5
 NVML_GPM_METRIC_DRAM_BW_UTIL = 10
 NVML_GPM_METRIC_MAX = 477
+nvmlMemory_v2 = 0x02000028
 
 
 class struct_c_nvmlGpmSample_t(ctypes.Structure):  # opaque in NVML; an id here
@@ -83,6 +85,7 @@ class NVMLError(Exception):
             6: "Not Found",
             9: "Driver Not Loaded",
             12: "NVML Shared Library Not Found",
+            13: "Function Not Found",
             15: "GPU is lost",
             10: "Timeout",
         }.get(self.value, f"Unknown Error {self.value}")
@@ -94,7 +97,8 @@ class FakeGpu:
     name: str = "NVIDIA H200"
     bus_id: str = "00000000:19:00.0"
     total: int = 143771 * 1024 * 1024
-    used: int = 4 * 1024**3
+    used: int = 4 * 1024**3  # as v2 reports it; v1 adds ``reserved``
+    reserved: int = 512 * 1024**2
     util_gpu: int = 37
     util_mem: int = 12
     temp: int = 41
@@ -149,6 +153,7 @@ def make_module(gpus: list[FakeGpu], *, init_error: int | None = None) -> types.
     for k, v in list(globals().items()):
         if k.startswith("NVML_"):
             setattr(m, k, v)
+    m.nvmlMemory_v2 = nvmlMemory_v2  # type: ignore[attr-defined]
     state: dict[str, Any] = {"init": 0, "calls": []}
     m.state = state  # type: ignore[attr-defined]
 
@@ -171,8 +176,8 @@ def make_module(gpus: list[FakeGpu], *, init_error: int | None = None) -> types.
         state["init"] -= 1
 
     def fn(name: str, getter: Any) -> None:
-        def call(h: FakeGpu, *args: Any) -> Any:
-            return getter(check(h, name), *args)
+        def call(h: FakeGpu, *args: Any, **kwargs: Any) -> Any:
+            return getter(check(h, name), *args, **kwargs)
 
         setattr(m, name, call)
 
@@ -185,7 +190,16 @@ def make_module(gpus: list[FakeGpu], *, init_error: int | None = None) -> types.
     fn("nvmlDeviceGetUUID", lambda g: g.uuid)
     fn("nvmlDeviceGetName", lambda g: g.name)
     fn("nvmlDeviceGetPciInfo", lambda g: ns(busId=g.bus_id.encode()))
-    fn("nvmlDeviceGetMemoryInfo", lambda g: ns(total=g.total, used=g.used, free=g.total - g.used))
+    def memory(g: FakeGpu, version: int | None = None) -> Any:
+        # v1 counts the memory the driver reserves as used; v2 reports it apart (total = free + used + reserved)
+        if version is None:
+            return ns(total=g.total, used=g.used + g.reserved, free=g.total - g.used - g.reserved)
+        if version != nvmlMemory_v2 or "nvmlDeviceGetMemoryInfo_v2" in g.unsupported:
+            raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND if version == nvmlMemory_v2 else NVML_ERROR_INVALID_ARGUMENT)
+        return ns(version=version, total=g.total, reserved=g.reserved, used=g.used,
+                  free=g.total - g.used - g.reserved)
+
+    fn("nvmlDeviceGetMemoryInfo", memory)
     fn("nvmlDeviceGetEnforcedPowerLimit", lambda g: g.limit_mw)
     fn("nvmlDeviceGetMigMode", lambda g: _mig(g))
     fn("nvmlDeviceGetUtilizationRates", lambda g: ns(gpu=g.util_gpu, memory=g.util_mem))

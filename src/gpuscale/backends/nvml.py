@@ -95,6 +95,7 @@ class NvmlBackend:
         self._handles: dict[str, Any] = {}
         self._last_seen_us: dict[str, int] = {}
         self._gpm: dict[str, _Gpm] = {}
+        self._memory_v2: bool | None = None  # nvmlDeviceGetMemoryInfo_v2 works here (None: not tried yet)
 
     # -- lifecycle ---------------------------------------------------------------------------------------
     def open(self) -> None:
@@ -163,7 +164,7 @@ class NvmlBackend:
             name = nvml.nvmlDeviceGetName(h)
             bus_id = nvml.nvmlDeviceGetPciInfo(h).busId
             bus_id = bus_id.decode() if isinstance(bus_id, bytes) else str(bus_id)
-            mem = self._optional(nvml.nvmlDeviceGetMemoryInfo, h)
+            mem = self._memory(nvml, h)
             limit_mw = self._optional(nvml.nvmlDeviceGetEnforcedPowerLimit, h)
             mig = self._optional(nvml.nvmlDeviceGetMigMode, h)
             mig_enabled = None if mig is None else bool(mig[0] == nvml.NVML_DEVICE_MIG_ENABLE)
@@ -218,6 +219,23 @@ class NvmlBackend:
             request.metrics[i].metricId = metric_id
         self._gpm[uuid] = _Gpm(target, gpu_instance_id, previous, spare, request)
 
+    def _memory(self, nvml: ModuleType, h: Any) -> Any:
+        """Memory info, v2 where the driver has it: its ``used`` leaves out the memory the driver and firmware
+        reserve (``total = free + used + reserved``, as dcgm-exporter's FB_USED and FB_RESERVED split it),
+        where v1 counts it as used, so an idle GPU read several hundred MiB used. v1 on older drivers."""
+        version = getattr(nvml, "nvmlMemory_v2", None)
+        if version is not None and self._memory_v2 is not False:
+            try:
+                mem = nvml.nvmlDeviceGetMemoryInfo(h, version=version)
+            except nvml.NVMLError as e:
+                if getattr(e, "value", None) not in _ABSENT:
+                    raise
+                self._memory_v2 = False  # the driver lacks it: v1 from now on
+            else:
+                self._memory_v2 = True
+                return mem
+        return self._optional(nvml.nvmlDeviceGetMemoryInfo, h)
+
     def _mig_profile(self, nvml: ModuleType, mh: Any) -> str | None:
         """The profile's own name (``3g.40gb``, ``1g.10gb+me``), as the driver names the instance ("NVIDIA
         A100-SXM4-80GB MIG 3g.40gb") and dcgm-exporter labels it: computing it from the memory size gives
@@ -242,7 +260,7 @@ class NvmlBackend:
                     continue  # an empty slot
                 raise
             uuid = nvml.nvmlDeviceGetUUID(mh)
-            mem = self._optional(nvml.nvmlDeviceGetMemoryInfo, mh)
+            mem = self._memory(nvml, mh)
             profile = self._mig_profile(nvml, mh)
             self._handles[uuid] = mh
             out.append(
@@ -311,7 +329,7 @@ class NvmlBackend:
         opt = self._optional
         now = self._clock()
         util = opt(nvml.nvmlDeviceGetUtilizationRates, h)
-        mem = opt(nvml.nvmlDeviceGetMemoryInfo, h)
+        mem = self._memory(nvml, h)
         if device.is_mig:
             temp = power_mw = limit_mw = clock = None
         else:
