@@ -126,3 +126,23 @@ async def test_stop_never_closes_the_backend_under_a_running_read(start_agent: A
     await asyncio.sleep(0.15)
     await calm.stop()
     assert quiet_closes == [True]
+
+
+async def test_a_device_id_naming_no_gpu_is_logged_once(
+    start_agent: AgentFactory, kubelet: FakeKubelet, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A device the kubelet assigned that the agent does not read (a MIG layout changed after the agent
+    started, a device plugin's own id scheme) is left unattributed and said once, not at every refresh."""
+    agent = await start_agent(gpus=1)
+    known = agent.state.devices[0].uuid
+    kubelet.pods = [
+        pod_resources("ml", "a", {"main": [("nvidia.com/gpu", [known])]}),
+        pod_resources("ml", "b", {"main": [("nvidia.com/mig-3g.40gb", ["MIG-not-here"])]}),
+    ]
+    await eventually(lambda: _holds(agent, known, "a"))
+    await asyncio.sleep(0.35)  # a few more refreshes (every 0.1 s)
+    said = [r.getMessage() for r in caplog.records if "names no GPU" in r.getMessage()]
+    assert said == [
+        "the kubelet assigned nvidia.com/mig-3g.40gb device 'MIG-not-here', which names no GPU this agent "
+        "reads: not attributed (a MIG layout changed since the agent started? restart it)"
+    ]

@@ -28,7 +28,7 @@ from ..lifecycle import cancel_tasks, within
 from ..model import ContainerRef, PodInfo
 from ..netaddr import join_host_port, split_address
 from ..tls import server_credentials
-from .attribution import match_assignments
+from .attribution import attribute
 from .exporter import AgentMetrics, GpuCollector
 from .owners import OwnerResolver
 from .sampler import Sampler
@@ -107,6 +107,7 @@ class Agent:
         self.metrics_port = 0
         self._last_round_end = 0.0
         self._open_problem: str | None = None  # why the backend could not be opened yet
+        self._unmatched_said: set[tuple[str, str]] = set()  # device ids that name no GPU, logged once
         self.extra_services: list[Callable[[grpc.aio.Server], None]] = []
 
     # -- lifecycle -------------------------------------------------------------------------------------
@@ -295,7 +296,17 @@ class Agent:
             )
         assignments = await self._kubelet.list()
         self.metrics.attribution_refreshes.labels("ok").inc()
-        if self.state.set_assignments(self._clock(), match_assignments(self.state.devices, assignments)):
+        result = attribute(self.state.devices, assignments)
+        unmatched = {(a.resource_name, a.device_id) for a in result.unmatched}
+        for resource, device_id in sorted(unmatched - self._unmatched_said):  # each id once, not every 5 s
+            log.warning(
+                "the kubelet assigned %s device %r, which names no GPU this agent reads: not attributed "
+                "(a MIG layout changed since the agent started? restart it)",
+                resource,
+                device_id,
+            )
+        self._unmatched_said = unmatched
+        if self.state.set_assignments(self._clock(), dict(result.by_device)):
             log.info(
                 "GPU attribution changed: %d of %d GPUs held by pods",
                 len(self.state.assignments),
