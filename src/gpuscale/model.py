@@ -66,6 +66,7 @@ class DeviceInfo:
     mig_profile: str | None = None
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
+    driver_version: str | None = None  # dcgm-exporter's DCGM_FI_DRIVER_VERSION label
 
     @property
     def is_mig(self) -> bool:
@@ -109,13 +110,25 @@ class GpuSample:
     sm_occupancy: float | None = None
     tensor_active: float | None = None
     dram_active: float | None = None
+    # For the agent's /metrics only (dcgm-exporter's other default series; not streamed to the scaler):
+    mem_clock_mhz: float | None = None
+    energy_mj: int | None = None  # since the driver loaded, a counter
+    memory_reserved_bytes: int | None = None  # by the driver and firmware: total = free + used + reserved
+    encoder_utilization: float | None = None
+    decoder_utilization: float | None = None
+    pcie_replays: int | None = None  # a counter
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    row_remap_failed: bool | None = None
     processes: tuple[ProcessSample, ...] = field(default=())
 
     @property
     def memory_free_bytes(self) -> int | None:
+        """total - used - reserved (NVML's v2 split, dcgm-exporter's FB_FREE)."""
         if self.memory_used_bytes is None or self.memory_total_bytes is None:
             return None
-        return max(0, self.memory_total_bytes - self.memory_used_bytes)
+        reserved = self.memory_reserved_bytes or 0
+        return max(0, self.memory_total_bytes - self.memory_used_bytes - reserved)
 
     @property
     def memory_used_percent(self) -> float | None:

@@ -259,3 +259,26 @@ def test_memory_used_leaves_out_what_the_driver_reserves(monkeypatch: pytest.Mon
     monkeypatch.setitem(sys.modules, "pynvml", make_module([old]))
     (d,) = (b := opened()).devices()
     assert b.sample(d).memory_used_bytes == 512 * 1024**2  # an old driver: v1, as before
+
+
+def test_the_other_dcgm_exporter_fields_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Memory clock, energy, codecs, PCIe retries, remapped rows, reserved memory and the driver version:
+    dcgm-exporter's default series beyond what scaling uses, for the dashboards and alerts built on them."""
+    gpu = FakeGpu("GPU-aaaa", remapped_rows=(2, 1, 0, 1))
+    old = FakeGpu(
+        "GPU-bbbb",
+        bus_id="00000000:2A:00.0",
+        unsupported={"nvmlDeviceGetRemappedRows", "nvmlDeviceGetTotalEnergyConsumption"},  # pre-Ampere
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", make_module([gpu, old]))
+    b = opened()
+    d, d_old = b.devices()
+    assert d.driver_version == "550.54.15"
+    s = b.sample(d)
+    assert (s.mem_clock_mhz, s.sm_clock_mhz, s.energy_mj) == (2619.0, 1980.0, 123_456_789)
+    assert (s.encoder_utilization, s.decoder_utilization, s.pcie_replays) == (5.0, 7.0, 3)
+    assert (s.remapped_rows_correctable, s.remapped_rows_uncorrectable, s.row_remap_failed) == (2, 1, True)
+    assert s.memory_reserved_bytes == gpu.reserved
+    s_old = b.sample(d_old)
+    assert (s_old.energy_mj, s_old.remapped_rows_correctable, s_old.row_remap_failed) == (None, None, None)
+    assert s_old.pcie_replays == 3

@@ -29,6 +29,7 @@ NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_GPU_IS_LOST = 15
 NVML_TEMPERATURE_GPU = 0
 NVML_CLOCK_SM = 1
+NVML_CLOCK_MEM = 2
 NVML_DEVICE_MIG_ENABLE = 1
 NVML_SUCCESS = 0
 NVML_ERROR_INVALID_ARGUMENT = 2
@@ -105,6 +106,12 @@ class FakeGpu:
     power_mw: int = 123_456
     limit_mw: int = 700_000
     sm_clock: int = 1980
+    mem_clock: int = 2619
+    energy_mj: int = 123_456_789
+    encoder: int = 5
+    decoder: int = 7
+    pcie_replays: int = 3
+    remapped_rows: tuple[int, int, int, int] = (2, 1, 0, 0)  # correctable, uncorrectable, pending, failure
     mig: tuple[int, int] | None = (0, 0)  # None: not supported
     processes: list[tuple[int, int | None]] = field(default_factory=list)  # (pid, used bytes)
     proc_util: list[tuple[int, int, int]] = field(default_factory=list)  # (pid, smUtil, timeStamp µs)
@@ -205,7 +212,13 @@ def make_module(gpus: list[FakeGpu], *, init_error: int | None = None) -> types.
     fn("nvmlDeviceGetUtilizationRates", lambda g: ns(gpu=g.util_gpu, memory=g.util_mem))
     fn("nvmlDeviceGetTemperature", lambda g, sensor: g.temp)
     fn("nvmlDeviceGetPowerUsage", lambda g: g.power_mw)
-    fn("nvmlDeviceGetClockInfo", lambda g, clock: g.sm_clock)
+    fn("nvmlDeviceGetClockInfo", lambda g, clock: g.mem_clock if clock == NVML_CLOCK_MEM else g.sm_clock)
+    fn("nvmlDeviceGetTotalEnergyConsumption", lambda g: g.energy_mj)
+    fn("nvmlDeviceGetEncoderUtilization", lambda g: [g.encoder, 167_000])
+    fn("nvmlDeviceGetDecoderUtilization", lambda g: [g.decoder, 167_000])
+    fn("nvmlDeviceGetPcieReplayCounter", lambda g: g.pcie_replays)
+    fn("nvmlDeviceGetRemappedRows", lambda g: g.remapped_rows)
+    m.nvmlSystemGetDriverVersion = lambda: "550.54.15"  # type: ignore[attr-defined]
     fn(
         "nvmlDeviceGetComputeRunningProcesses",
         lambda g: [

@@ -47,6 +47,38 @@ NVIDIA_SERIES: tuple[tuple[str, str, Getter], ...] = (
     ("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", lambda s: s.memory_utilization),
     ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", lambda s: _mib(s.memory_free_bytes)),
     ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", lambda s: _mib(s.memory_used_bytes)),
+    ("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", lambda s: s.mem_clock_mhz),
+    # dcgm-exporter declares this and the retry and row counters as counters; prometheus_client's text
+    # format can only write a counter's TYPE line with _total appended, so they are gauges here: rate()
+    # and increase() work the same on them.
+    (
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "Total energy consumption since boot (in mJ).",
+        lambda s: s.energy_mj,
+    ),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "Total number of PCIe retries.", lambda s: s.pcie_replays),
+    ("DCGM_FI_DEV_ENC_UTIL", "Encoder utilization (in %).", lambda s: s.encoder_utilization),
+    ("DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %).", lambda s: s.decoder_utilization),
+    (
+        "DCGM_FI_DEV_FB_RESERVED",
+        "Framebuffer memory reserved (in MiB).",
+        lambda s: _mib(s.memory_reserved_bytes),
+    ),
+    (
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "Number of remapped rows for uncorrectable errors",
+        lambda s: s.remapped_rows_uncorrectable,
+    ),
+    (
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "Number of remapped rows for correctable errors",
+        lambda s: s.remapped_rows_correctable,
+    ),
+    (
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+        "Whether remapping of rows has failed",
+        lambda s: None if s.row_remap_failed is None else float(s.row_remap_failed),
+    ),
     # DCGM's profiling fields, from NVML's GPM counters (Hopper and newer; per MIG instance too).
     (
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
@@ -252,6 +284,8 @@ class GpuCollector(Collector):
                 base["GPU_I_PROFILE"] = d.mig_profile or ""
                 base["GPU_I_ID"] = "" if d.gpu_instance_id is None else str(d.gpu_instance_id)
             base[self._host] = node
+            if d.driver_version:
+                base["DCGM_FI_DRIVER_VERSION"] = d.driver_version
         else:
             base = {"gpu_id": str(d.index), "gpu_uuid": d.uuid, "card_model": d.name, "hostname": node}
         holders = sorted(

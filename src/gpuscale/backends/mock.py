@@ -15,7 +15,7 @@ import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..errors import UsageError
 from ..model import DeviceInfo, GpuSample, ProcessSample, Vendor
@@ -195,6 +195,7 @@ class MockBackend:
         self._clock = clock
         self._start: float | None = None
         self._devices: tuple[DeviceInfo, ...] = ()
+        self._energy: dict[str, tuple[float, float]] = {}  # uuid -> (mJ so far, when): a counter
 
     def open(self) -> None:
         cfg, model = self._config, self._config.model
@@ -273,6 +274,23 @@ class MockBackend:
                 processes=tuple(ProcessSample(p.pid, int(used * p.share), None) for p in procs),
                 **activity,
             )
+        power = round(model.idle_watts + (0.95 * model.power_limit_watts - model.idle_watts) * util / 100, 3)
+        health: dict[str, Any] = {}
+        if model.vendor is Vendor.NVIDIA:  # dcgm-exporter's other default fields, healthy values
+            energy, since = self._energy.get(device.uuid, (0.0, now))
+            energy += 1000.0 * power * max(0.0, now - since)
+            self._energy[device.uuid] = (energy, now)
+            health = {
+                "mem_clock_mhz": 2619.0,
+                "energy_mj": int(energy),
+                "memory_reserved_bytes": 512 * 1024**2,
+                "encoder_utilization": 0.0,
+                "decoder_utilization": 0.0,
+                "pcie_replays": 0,
+                "remapped_rows_correctable": 0,
+                "remapped_rows_uncorrectable": 0,
+                "row_remap_failed": False,
+            }
         return GpuSample(
             uuid=device.uuid,
             timestamp=now,
@@ -281,9 +299,7 @@ class MockBackend:
             memory_used_bytes=used,
             memory_total_bytes=total,
             temperature_celsius=round(32.0 + 43.0 * util / 100.0, 1),
-            power_watts=round(
-                model.idle_watts + (0.95 * model.power_limit_watts - model.idle_watts) * util / 100, 3
-            ),
+            power_watts=power,
             power_limit_watts=model.power_limit_watts,
             sm_clock_mhz=model.max_sm_clock_mhz if util > 0 else model.idle_sm_clock_mhz,
             processes=tuple(
@@ -291,10 +307,11 @@ class MockBackend:
                 for p in procs
             ),
             **activity,
+            **health,
         )
 
 
-def _activity(util: float) -> dict[str, float]:
+def _activity(util: float) -> dict[str, Any]:
     return {
         "gr_engine_active": util,
         "sm_active": round(0.8 * util, 3),

@@ -158,6 +158,9 @@ class NvmlBackend:
 
     def _discover(self, nvml: ModuleType) -> None:
         devices: list[DeviceInfo] = []
+        driver = self._optional(nvml.nvmlSystemGetDriverVersion)
+        if isinstance(driver, bytes):
+            driver = driver.decode(errors="replace")
         for index in range(nvml.nvmlDeviceGetCount()):
             h = nvml.nvmlDeviceGetHandleByIndex(index)
             uuid = nvml.nvmlDeviceGetUUID(h)
@@ -179,6 +182,7 @@ class NvmlBackend:
                     power_limit_watts=None if limit_mw is None else limit_mw / 1000.0,
                     vendor=Vendor.NVIDIA,
                     mig_enabled=mig_enabled,
+                    driver_version=driver,
                 )
             )
             gpm = self._gpm_supported(nvml, h)
@@ -274,6 +278,7 @@ class NvmlBackend:
                     vendor=Vendor.NVIDIA,
                     mig_enabled=True,
                     parent_uuid=parent.uuid,
+                    driver_version=parent.driver_version,
                     mig_profile=profile,
                     gpu_instance_id=self._optional(nvml.nvmlDeviceGetGpuInstanceId, mh),
                     compute_instance_id=self._optional(nvml.nvmlDeviceGetComputeInstanceId, mh),
@@ -294,7 +299,7 @@ class NvmlBackend:
         except nvml.NVMLError as e:
             raise _device_error(device.uuid, e) from e
 
-    def _activity(self, nvml: ModuleType, uuid: str) -> dict[str, float]:
+    def _activity(self, nvml: ModuleType, uuid: str) -> dict[str, Any]:
         """GPM activity since the previous read of ``uuid``, in % (empty without GPM or an interval)."""
         state = self._gpm.get(uuid)
         if state is None:
@@ -325,6 +330,36 @@ class NvmlBackend:
                 out[name] = min(100.0, max(0.0, value))
         return out
 
+    def _health(self, nvml: ModuleType, device: DeviceInfo, h: Any, mem: Any) -> dict[str, Any]:
+        """dcgm-exporter's other default fields, for /metrics: clocks, energy, codecs, PCIe retries,
+        remapped rows, reserved memory. Per physical GPU (a MIG instance has none of its own). A field
+        the part lacks is absent."""
+        reserved = getattr(mem, "reserved", None)
+        out: dict[str, Any] = {"memory_reserved_bytes": None if reserved is None else int(reserved)}
+        if device.is_mig:
+            return out
+        opt = self._optional
+        clock = opt(nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_MEM)
+        energy = opt(nvml.nvmlDeviceGetTotalEnergyConsumption, h)
+        enc = opt(nvml.nvmlDeviceGetEncoderUtilization, h)
+        dec = opt(nvml.nvmlDeviceGetDecoderUtilization, h)
+        replays = opt(nvml.nvmlDeviceGetPcieReplayCounter, h)
+        rows = opt(nvml.nvmlDeviceGetRemappedRows, h)
+        out.update(
+            mem_clock_mhz=None if clock is None else float(clock),
+            energy_mj=None if energy is None else int(energy),
+            encoder_utilization=None if enc is None else float(enc[0]),
+            decoder_utilization=None if dec is None else float(dec[0]),
+            pcie_replays=None if replays is None else int(replays),
+        )
+        if rows is not None:
+            out.update(
+                remapped_rows_correctable=int(rows[0]),
+                remapped_rows_uncorrectable=int(rows[1]),
+                row_remap_failed=bool(rows[3]),
+            )
+        return out
+
     def _read(self, nvml: ModuleType, device: DeviceInfo, h: Any) -> GpuSample:
         opt = self._optional
         now = self._clock()
@@ -350,6 +385,7 @@ class NvmlBackend:
             sm_clock_mhz=None if clock is None else float(clock),
             processes=self._processes(nvml, device, h),
             **self._activity(nvml, device.uuid),
+            **self._health(nvml, device, h, mem),
         )
 
     def _processes(self, nvml: ModuleType, device: DeviceInfo, h: Any) -> tuple[ProcessSample, ...]:
