@@ -201,3 +201,44 @@ async def test_promtool_finds_no_problem(start_agent: AgentFactory, kubelet: Fak
 
 async def _attributed(agent: Agent) -> bool:
     return bool(agent.state.assignments)
+
+
+async def test_mig_series_per_gpu_instance_and_the_gpu_only_for_what_instances_lack(
+    start_agent: AgentFactory,
+) -> None:
+    """In MIG mode dcgm-exporter monitors the GPU instances: memory, utilization and activity per instance
+    (GPU_I_PROFILE, GPU_I_ID), so a sum over a node counts each byte once. The GPU itself keeps what no
+    instance reports (temperature, power, clocks, health)."""
+    from gpuscale.backends.mock import MockBackend, MockConfig, find_model
+
+    mig = MockBackend(MockConfig(gpus=1, model=find_model("h100"), node="node-a", mig_profiles=("3g.40gb", "4g.40gb")))
+    agent = await start_agent(backend=mig)
+
+    async def ready() -> str | None:
+        _status, text = await scrape(agent)
+        return text if len(series(text, "DCGM_FI_DEV_FB_USED")) == 2 else None
+
+    text = await eventually(ready)
+    used = series(text, "DCGM_FI_DEV_FB_USED")
+    assert sorted(lab["GPU_I_PROFILE"] for lab, _ in used) == ["3g.40gb", "4g.40gb"]  # no parent series
+    assert len(series(text, "DCGM_FI_PROF_SM_ACTIVE")) == 2  # GPM per instance
+    (temp,) = series(text, "DCGM_FI_DEV_GPU_TEMP")
+    assert "GPU_I_ID" not in temp[0]  # the GPU's own
+    assert not series(text, "DCGM_FI_DEV_GPU_UTIL")  # NVML has none in MIG mode
+
+
+def test_compute_instances_of_one_gpu_instance_make_one_series() -> None:
+    """Two compute instances of GPU instance 1 share its memory and counters, and dcgm-exporter's labels
+    cannot tell them apart: a second series would duplicate the first's labels."""
+    from gpuscale.agent.exporter import GpuCollector
+    from gpuscale.agent.state import GpuView, NodeSnapshot
+    from gpuscale.model import DeviceInfo, GpuSample
+
+    def instance(uuid: str, ci: int) -> GpuView:
+        d = DeviceInfo(0, uuid, "NVIDIA H100 80GB HBM3", "00000000:19:00.0", 40 * 2**30, None, mig_enabled=True,
+                       parent_uuid="GPU-p", mig_profile="3g.40gb", gpu_instance_id=1, compute_instance_id=ci)
+        return GpuView(d, GpuSample(uuid, 1.0, memory_used_bytes=2**30, memory_total_bytes=40 * 2**30), None, ())
+
+    snap = NodeSnapshot("node-a", (instance("MIG-a", 0), instance("MIG-b", 1)), {}, 1.0, 1)
+    families = {m.name: m for m in GpuCollector(lambda: snap, clock=lambda: 2.0).collect()}
+    assert len(families["DCGM_FI_DEV_FB_USED"].samples) == 1

@@ -107,6 +107,21 @@ NVIDIA_SERIES: tuple[tuple[str, str, Getter], ...] = (
     ),
 )
 
+# A GPU in MIG mode: its GPU instances carry memory, utilization and activity (dcgm-exporter monitors "all
+# GPU instances in MIG mode"); the GPU itself only what no instance has, so that no sum counts memory twice.
+_PER_INSTANCE = frozenset(
+    {
+        "DCGM_FI_DEV_FB_FREE",
+        "DCGM_FI_DEV_FB_USED",
+        "DCGM_FI_DEV_FB_RESERVED",
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
+    }
+)
+MIG_PARENT_SERIES = tuple(
+    s for s in NVIDIA_SERIES if s[0] not in _PER_INSTANCE and not s[0].startswith("DCGM_FI_PROF_")
+)
+
 AMD_SERIES: tuple[tuple[str, str, Getter], ...] = (
     ("gpu_gfx_activity", "Graphics engine usage in Percentage (0-100)", lambda s: s.gpu_utilization),
     ("gpu_umc_activity", "Memory engine usage in Percentage (0-100)", lambda s: s.memory_utilization),
@@ -232,6 +247,7 @@ class GpuCollector(Collector):
         age = Metric(
             "gpuscale_agent_sample_age_seconds", "Age of the newest good sample of the GPU.", "gauge"
         )
+        instances: set[tuple[str | None, int | None]] = set()
         for view in snap.gpus:
             d = view.device
             ident = {"gpu": str(d.index), "UUID": d.uuid}
@@ -239,7 +255,18 @@ class GpuCollector(Collector):
             if view.latest is None:
                 continue
             age.add_sample(age.name, ident, max(0.0, now - view.latest.timestamp))
-            series = NVIDIA_SERIES if d.vendor is Vendor.NVIDIA else AMD_SERIES
+            if d.is_mig:
+                # Compute instances of one GPU instance share its memory and its GPM counters, and
+                # dcgm-exporter's labels (GPU_I_ID) cannot tell them apart: one series per GPU instance.
+                if (d.parent_uuid, d.gpu_instance_id) in instances:
+                    continue
+                instances.add((d.parent_uuid, d.gpu_instance_id))
+            if d.vendor is not Vendor.NVIDIA:
+                series = AMD_SERIES
+            elif d.mig_enabled and not d.is_mig:
+                series = MIG_PARENT_SERIES
+            else:
+                series = NVIDIA_SERIES
             for labels in self._label_sets(view, snap.node_name):
                 for name, _, get in series:
                     value = get(view.latest)
