@@ -120,6 +120,10 @@ class GpuSample:
     remapped_rows_correctable: int | None = None
     remapped_rows_uncorrectable: int | None = None
     row_remap_failed: bool | None = None
+    # AMD's exporter names its sensors apart (temperature_celsius is the junction's, else the edge's)
+    junction_temperature_celsius: float | None = None
+    edge_temperature_celsius: float | None = None
+    package_power_watts: float | None = None  # MI3xx socket power (gpu_package_power)
     processes: tuple[ProcessSample, ...] = field(default=())
 
     @property

@@ -13,6 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuscale.agent.service import Agent
+from gpuscale.backends.patterns import parse_patterns
 from tests.conftest import AgentFactory
 from tests.fakes.kubelet import FakeKubelet, pod_resources
 
@@ -242,3 +243,20 @@ def test_compute_instances_of_one_gpu_instance_make_one_series() -> None:
     snap = NodeSnapshot("node-a", (instance("MIG-a", 0), instance("MIG-b", 1)), {}, 1.0, 1)
     families = {m.name: m for m in GpuCollector(lambda: snap, clock=lambda: 2.0).collect()}
     assert len(families["DCGM_FI_DEV_FB_USED"].samples) == 1
+
+
+async def test_amd_series_as_amds_exporter_names_them(start_agent: AgentFactory) -> None:
+    from gpuscale.backends.mock import MockBackend, MockConfig, find_model
+
+    amd = MockBackend(MockConfig(gpus=1, model=find_model("mi300x"), node="node-a", patterns=parse_patterns("constant:50")))
+    agent = await start_agent(backend=amd)
+
+    async def ready() -> str | None:
+        _status, text = await scrape(agent)
+        return text if series(text, "gpu_gfx_activity") else None
+
+    text = await eventually(ready)
+    junction = series(text, "gpu_junction_temperature")[0][1]
+    assert series(text, "gpu_edge_temperature")[0][1] == pytest.approx(junction - 8.0)
+    assert series(text, "gpu_package_power")[0][1] == series(text, "gpu_power_usage")[0][1]
+    assert not series(text, "DCGM_FI_DEV_GPU_UTIL")

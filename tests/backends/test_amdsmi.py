@@ -43,6 +43,14 @@ def test_na_values_are_absent(gpus: list[FakeAmdGpu]) -> None:
     s = b.sample(b.devices()[0])
     assert s.gpu_utilization is None and s.power_watts is None
     assert s.temperature_celsius == 48.0
+    # AMD's exporter names the sensors apart: no junction series from an edge reading
+    assert (s.junction_temperature_celsius, s.edge_temperature_celsius) == (None, 48.0)
+
+
+def test_junction_and_edge_are_both_kept(gpus: list[FakeAmdGpu]) -> None:
+    b = open_backend("amdsmi")
+    s = b.sample(b.devices()[0])
+    assert (s.temperature_celsius, s.junction_temperature_celsius, s.edge_temperature_celsius) == (61.0, 61.0, 48.0)
 
 
 def test_millidegrees_are_scaled(gpus: list[FakeAmdGpu]) -> None:

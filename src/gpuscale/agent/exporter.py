@@ -131,9 +131,11 @@ AMD_SERIES: tuple[tuple[str, str, Getter], ...] = (
     (
         "gpu_junction_temperature",
         "Current junction/hotspot temperature in Celsius",
-        lambda s: s.temperature_celsius,
+        lambda s: s.junction_temperature_celsius,
     ),
+    ("gpu_edge_temperature", "Current edge temperature in Celsius", lambda s: s.edge_temperature_celsius),
     ("gpu_power_usage", "GPU Power usage in Watts", lambda s: s.power_watts),
+    ("gpu_package_power", "Current socket power in Watts", lambda s: s.package_power_watts),
 )
 
 CONTAINER_SERIES = (

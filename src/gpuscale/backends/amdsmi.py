@@ -154,15 +154,17 @@ class AmdSmiBackend:
         activity: Mapping[str, Any] = opt(smi.amdsmi_get_gpu_activity, h) or {}
         vram: Mapping[str, Any] = opt(smi.amdsmi_get_gpu_vram_usage, h) or {}
         power: Mapping[str, Any] = opt(smi.amdsmi_get_power_info, h) or {}
-        temp = None
+        sensors: dict[str, float | None] = {}
         for sensor in ("HOTSPOT", "EDGE"):
             kind = getattr(smi.AmdSmiTemperatureType, sensor, None)
+            value = None
             if kind is not None:
-                temp = _number(opt(smi.amdsmi_get_temp_metric, h, kind, smi.AmdSmiTemperatureMetric.CURRENT))
-                if temp is not None:
-                    break
-        if temp is not None and temp > 1000:
-            temp /= 1000.0
+                value = _number(opt(smi.amdsmi_get_temp_metric, h, kind, smi.AmdSmiTemperatureMetric.CURRENT))
+            if value is not None and value > 1000:
+                value /= 1000.0  # millidegrees on some releases
+            sensors[sensor] = value
+        junction, edge = sensors["HOTSPOT"], sensors["EDGE"]
+        temp = junction if junction is not None else edge
         clock_info: Mapping[str, Any] = opt(smi.amdsmi_get_clock_info, h, smi.AmdSmiClkType.GFX) or {}
         watts = None
         for key in ("socket_power", "current_socket_power", "average_socket_power"):
@@ -179,6 +181,9 @@ class AmdSmiBackend:
             memory_used_bytes=None if used is None else int(used * MB),
             memory_total_bytes=None if total is None else int(total * MB),
             temperature_celsius=temp,
+            junction_temperature_celsius=junction,
+            edge_temperature_celsius=edge,
+            package_power_watts=_number(power.get("current_socket_power")),
             power_watts=watts,
             power_limit_watts=(limit if limit is not None else device.power_limit_watts),
             sm_clock_mhz=_number(clock_info.get("clk")),

@@ -291,6 +291,13 @@ class MockBackend:
                 "remapped_rows_uncorrectable": 0,
                 "row_remap_failed": False,
             }
+        else:  # an MI300X: junction and edge sensors, socket power
+            junction = round(32.0 + 43.0 * util / 100.0, 1)
+            health = {
+                "junction_temperature_celsius": junction,
+                "edge_temperature_celsius": round(junction - 8.0, 1),
+                "package_power_watts": power,
+            }
         return GpuSample(
             uuid=device.uuid,
             timestamp=now,
