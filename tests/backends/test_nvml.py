@@ -282,3 +282,26 @@ def test_the_other_dcgm_exporter_fields_are_read(monkeypatch: pytest.MonkeyPatch
     s_old = b.sample(d_old)
     assert (s_old.energy_mj, s_old.remapped_rows_correctable, s_old.row_remap_failed) == (None, None, None)
     assert s_old.pcie_replays == 3
+
+
+def test_xid_errors_are_followed_and_the_event_thread_stops_at_close(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DCGM_FI_DEV_XID_ERRORS, the value of the last XID error: NVML reports them as events, which a thread
+    of the backend waits for; the event set is freed only after that thread has stopped."""
+    import time
+
+    gpu = FakeGpu("GPU-aaaa")
+    old = FakeGpu("GPU-bbbb", bus_id="00000000:2A:00.0", unsupported={"nvmlDeviceGetRegisterEvents", "nvmlDeviceRegisterEvents"})
+    module = make_module([gpu, old])
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    b = opened()
+    d, d_old = b.devices()
+    assert b.sample(d).xid_last == 0 and b.sample(d_old).xid_last is None  # none yet; not watchable
+    module.raise_xid(gpu, 79)  # "GPU has fallen off the bus"
+    deadline = time.monotonic() + 3
+    while b.sample(d).xid_last != 79 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert b.sample(d).xid_last == 79
+    t0 = time.monotonic()
+    b.close()
+    assert time.monotonic() - t0 < 2.0  # the wait returns within its 1 s timeout
+    assert module.state["event_sets"] == {"created": 1, "freed": 1}

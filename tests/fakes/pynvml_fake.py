@@ -234,7 +234,48 @@ def make_module(gpus: list[FakeGpu], *, init_error: int | None = None) -> types.
     fn("nvmlDeviceGetGpuInstanceId", lambda g: g.gpu_instance_id)
     fn("nvmlDeviceGetComputeInstanceId", lambda g: 0)
     _add_gpm(m, state, check)
+    _add_events(m, state, gpus)
     return m
+
+
+def _add_events(m: types.ModuleType, state: dict[str, Any], gpus: list[FakeGpu]) -> None:
+    """NVML's event sets for XID errors: register GPUs, wait (blocking up to the timeout, NVML_ERROR_TIMEOUT
+    when nothing came), free. ``raise_xid(gpu, xid)`` is the driver reporting one."""
+    import queue
+
+    events: queue.Queue[Any] = queue.Queue()
+    registered: set[str] = set()
+    state["event_sets"] = {"created": 0, "freed": 0}
+    m.nvmlEventTypeXidCriticalError = 0x8  # type: ignore[attr-defined]
+
+    def create() -> object:
+        state["event_sets"]["created"] += 1
+        return object()
+
+    def register(g: FakeGpu, types_: int, event_set: object) -> None:
+        if "nvmlDeviceRegisterEvents" in g.unsupported:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        registered.add(g.uuid)
+
+    def wait(event_set: object, timeout_ms: int) -> Any:
+        try:
+            return events.get(timeout=timeout_ms / 1000)
+        except queue.Empty:
+            raise NVMLError(NVML_ERROR_TIMEOUT) from None
+
+    def free(event_set: object) -> None:
+        state["event_sets"]["freed"] += 1
+
+    def raise_xid(g: FakeGpu, xid: int) -> None:
+        if g.uuid in registered:
+            events.put(types.SimpleNamespace(device=g, eventType=0x8, eventData=xid, gpuInstanceId=0,
+                                             computeInstanceId=0))
+
+    m.nvmlEventSetCreate = create  # type: ignore[attr-defined]
+    m.nvmlDeviceRegisterEvents = register  # type: ignore[attr-defined]
+    m.nvmlEventSetWait_v2 = wait  # type: ignore[attr-defined]
+    m.nvmlEventSetFree = free  # type: ignore[attr-defined]
+    m.raise_xid = raise_xid  # type: ignore[attr-defined]
 
 
 def _mig_handle(g: FakeGpu, index: int) -> FakeGpu:

@@ -48,6 +48,7 @@ NVIDIA_SERIES: tuple[tuple[str, str, Getter], ...] = (
     ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", lambda s: _mib(s.memory_free_bytes)),
     ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", lambda s: _mib(s.memory_used_bytes)),
     ("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", lambda s: s.mem_clock_mhz),
+    ("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", lambda s: s.xid_last),
     # dcgm-exporter declares this and the retry and row counters as counters; prometheus_client's text
     # format can only write a counter's TYPE line with _total appended, so they are gauges here: rate()
     # and increase() work the same on them.

@@ -290,6 +290,7 @@ class MockBackend:
                 "remapped_rows_correctable": 0,
                 "remapped_rows_uncorrectable": 0,
                 "row_remap_failed": False,
+                "xid_last": 0,
             }
         else:  # an MI300X: junction and edge sensors, socket power
             junction = round(32.0 + 43.0 * util / 100.0, 1)

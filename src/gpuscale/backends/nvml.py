@@ -12,9 +12,11 @@ device has no interval yet (``None``). A GPM failure leaves those fields ``None`
 
 from __future__ import annotations
 
+import logging
 import math
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, TypeVar
@@ -23,6 +25,8 @@ from ..model import DeviceInfo, GpuSample, ProcessSample, Vendor
 from .errors import BackendUnavailable, DeviceError
 
 __all__ = ["NvmlBackend"]
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -61,6 +65,60 @@ _GPM_METRICS = (
 )
 
 
+class _XidWatch:
+    """The last XID error each GPU reported (0: none since the agent started), from an NVML event set, on a
+    thread of its own: ``nvmlEventSetWait`` blocks, one second at a time so that ``close`` can stop it. The
+    set is freed only once the thread has stopped."""
+
+    def __init__(self, nvml: ModuleType, handles: Mapping[str, Any]) -> None:
+        self._nvml = nvml
+        self.last: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._set = nvml.nvmlEventSetCreate()
+        for uuid, h in handles.items():
+            try:
+                nvml.nvmlDeviceRegisterEvents(h, nvml.nvmlEventTypeXidCriticalError, self._set)
+            except nvml.NVMLError:
+                continue  # not on this part
+            self.last[uuid] = 0
+        self._thread = threading.Thread(target=self._run, name="nvml-xid-events", daemon=True)
+        if self.last:
+            self._thread.start()
+
+    def _run(self) -> None:
+        nvml = self._nvml
+        while not self._stop.is_set():
+            try:
+                data = nvml.nvmlEventSetWait_v2(self._set, 1000)
+            except nvml.NVMLError as e:
+                code = getattr(e, "value", None)
+                if code == _TIMEOUT:
+                    continue
+                if code in _ABSENT:
+                    return
+                self._stop.wait(1.0)  # e.g. the driver going away: the backend reopens, a new watch starts
+                continue
+            if data.eventType & nvml.nvmlEventTypeXidCriticalError:
+                try:
+                    uuid = nvml.nvmlDeviceGetUUID(data.device)
+                except nvml.NVMLError:
+                    continue
+                if isinstance(uuid, bytes):
+                    uuid = uuid.decode(errors="replace")
+                log.warning("GPU %s reported XID %d", uuid, data.eventData)
+                self.last[uuid] = int(data.eventData)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2.5)
+        if not self._thread.is_alive():
+            try:
+                self._nvml.nvmlEventSetFree(self._set)
+            except self._nvml.NVMLError:
+                pass
+
+
 @dataclass
 class _Gpm:
     """One device's GPM state: ``previous`` (taken at the last read, or ``None``) and ``spare``, swapped at
@@ -96,6 +154,7 @@ class NvmlBackend:
         self._last_seen_us: dict[str, int] = {}
         self._gpm: dict[str, _Gpm] = {}
         self._memory_v2: bool | None = None  # nvmlDeviceGetMemoryInfo_v2 works here (None: not tried yet)
+        self._xid: _XidWatch | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------------
     def open(self) -> None:
@@ -126,6 +185,9 @@ class NvmlBackend:
 
     def close(self) -> None:
         nvml, self._nvml = self._nvml, None
+        if self._xid is not None:
+            self._xid.close()
+            self._xid = None
         if nvml is not None:
             for state in self._gpm.values():
                 for sample in (state.previous, state.spare):
@@ -196,6 +258,12 @@ class NvmlBackend:
             elif gpm:
                 self._gpm_start(nvml, uuid, h, None)
         self._devices = tuple(devices)
+        physical = {d.uuid: self._handles[d.uuid] for d in devices if not d.is_mig}
+        if hasattr(nvml, "nvmlEventSetCreate"):
+            try:
+                self._xid = _XidWatch(nvml, physical)
+            except nvml.NVMLError as e:
+                log.info("NVML events unavailable (%s): no XID errors on /metrics", e)
 
     def _gpm_supported(self, nvml: ModuleType, h: Any) -> bool:
         query = getattr(nvml, "nvmlGpmQueryDeviceSupport", None)  # absent from bindings older than 11.525
@@ -346,6 +414,7 @@ class NvmlBackend:
         replays = opt(nvml.nvmlDeviceGetPcieReplayCounter, h)
         rows = opt(nvml.nvmlDeviceGetRemappedRows, h)
         out.update(
+            xid_last=None if self._xid is None else self._xid.last.get(device.uuid),
             mem_clock_mhz=None if clock is None else float(clock),
             energy_mj=None if energy is None else int(energy),
             encoder_utilization=None if enc is None else float(enc[0]),
