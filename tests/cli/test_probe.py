@@ -26,6 +26,8 @@ FIELDS = {
     "temperature_celsius",
     "power_watts",
     "sm_clock_mhz",
+    "sm_active",  # GPM: the mock's H100 has it
+    "mem_clock_mhz",
     "processes",
     "timestamp",
 }
@@ -132,3 +134,26 @@ def test_nvml_without_driver_is_one_line_and_exit_2() -> None:
     assert r.stderr.startswith("gpuscale: error: nvml backend unavailable: ")
     assert "or run with --backend mock" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_single_probe_of_nvml_has_gpm_activity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPM activity is measured between two reads: one-shot probe reads once to start the interval."""
+    from gpuscale.backends.nvml import NvmlBackend
+    from gpuscale.cli.probe import _read_all
+    from tests.fakes.pynvml_fake import FakeGpu, make_module
+
+    monkeypatch.setitem(sys.modules, "pynvml", make_module([FakeGpu("GPU-aaaa", gpm={2: 42.0})]))
+    backend = NvmlBackend()
+    backend.open()
+    try:
+        (unprimed,) = _read_all(backend)
+        assert unprimed["sm_active"] is None  # the backend's first read: no interval yet
+        fresh = NvmlBackend()
+        fresh.open()
+        try:
+            (primed,) = _read_all(fresh, prime=True)
+            assert primed["sm_active"] == 42.0
+        finally:
+            fresh.close()
+    finally:
+        backend.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import time
@@ -46,7 +47,14 @@ def gpu_record(
     return rec
 
 
-def _read_all(backend: Backend) -> list[dict[str, Any]]:
+def _read_all(backend: Backend, *, prime: bool = False) -> list[dict[str, Any]]:
+    """Every GPU read once. ``prime``: read them once before, a quarter second earlier, so that activity
+    measured over an interval (NVML's GPM) has one."""
+    if prime:
+        for dev in backend.devices():
+            with contextlib.suppress(DeviceError):
+                backend.sample(dev)
+        time.sleep(0.25)
     out = []
     for dev in backend.devices():
         try:
@@ -71,6 +79,7 @@ def _table(backend_name: str, records: list[dict[str, Any]]) -> Any:
         ("Name", "left"),
         ("UUID", "left"),
         ("Util", "right"),
+        ("SM act", "right"),
         ("Mem util", "right"),
         ("Memory used / total", "right"),
         ("Temp", "right"),
@@ -94,6 +103,7 @@ def _table(backend_name: str, records: list[dict[str, Any]]) -> Any:
             r["name"],
             r["uuid"],
             _fmt(r.get("gpu_utilization"), ".0f", " %"),
+            _fmt(r.get("sm_active"), ".0f", " %"),
             _fmt(r.get("memory_utilization"), ".0f", " %"),
             mem,
             _fmt(r.get("temperature_celsius"), ".0f", " °C"),
@@ -108,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     backend = backend_from_args(args)
     try:
         if args.watch is None:
-            records = _read_all(backend)
+            records = _read_all(backend, prime=backend.name != "mock")
             if args.json:
                 print(json.dumps({"backend": backend.name, "gpus": records}, indent=2))
             else:
