@@ -179,3 +179,41 @@ def test_fallback_reaches_the_hpa_after_more_than_failure_threshold_failures() -
     tl = run_scenario(parse_scenario(FALLBACK)).timelines[0]
     changes = [(t, tl.desired[t]) for t in range(1, len(tl.desired)) if tl.desired[t] != tl.desired[t - 1]]
     assert changes == [(45, 4), (60, 6)]
+
+
+IDLE = """
+name: idle
+durationSeconds: 400
+workload: {capacityPerReplica: 5, provisioningSeconds: 0, loadSeconds: 0, initialReplicas: 3}
+demand: {shape: constant, value: 0}
+policies:
+  - name: idle
+    newScaledObject: NEW
+    pipeline:
+      prometheus: {signal: demand}
+    scaledObject:
+      apiVersion: keda.sh/v1alpha1
+      kind: ScaledObject
+      metadata: {name: w}
+      spec:
+        scaleTargetRef: {name: w}
+        minReplicaCount: 0
+        initialCooldownPeriod: 0
+        triggers:
+          - type: prometheus
+            metadata: {serverAddress: http://p, query: q, threshold: "4"}
+"""
+
+
+@pytest.mark.parametrize(
+    ("new", "changes"),
+    [
+        # ran before: active at t=0, so the cooldown (300 s) runs from there
+        ("false", [(315, 1), (330, 0)]),
+        # created at t=0: no lastActiveTime, so creation + initialCooldownPeriod (0) < now at the first poll
+        ("true", [(30, 0)]),
+    ],
+)
+def test_a_new_scaled_object_has_no_last_active_time(new: str, changes: list[tuple[int, int]]) -> None:
+    tl = run_scenario(parse_scenario(IDLE.replace("NEW", new))).timelines[0]
+    assert [(t, tl.desired[t]) for t in range(1, len(tl.desired)) if tl.desired[t] != tl.desired[t - 1]] == changes

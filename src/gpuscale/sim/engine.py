@@ -56,6 +56,9 @@ class Policy:
     hpa_offset_seconds: int = 0
     keda_offset_seconds: int = 0
     initial_replicas: int | None = None
+    # The ScaledObject is created at t=0 (KEDA: no lastActiveTime yet, so an idle workload may go to zero
+    # after initialCooldownPeriod); by default it has run before and counts as active at t=0.
+    new_scaled_object: bool = False
 
 
 @dataclass(frozen=True)
@@ -189,7 +192,7 @@ def simulate(
         initial,
         initial,
         HpaState(),
-        KedaState(0 if initial > 0 else None, 0, (0,) * n),
+        KedaState(0 if initial > 0 and not policy.new_scaled_object else None, 0, (0,) * n),
         (None,) * n,
         [],
     )

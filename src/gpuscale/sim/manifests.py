@@ -370,6 +370,7 @@ def parse_policy(c: Checker, raw: object, path: str) -> Policy | None:
             "hpaSyncOffsetSeconds",
             "kedaPollOffsetSeconds",
             "initialReplicas",
+            "newScaledObject",
         ),
     )
     name = c.string(raw, "name", path, default=None)
@@ -397,4 +398,5 @@ def parse_policy(c: Checker, raw: object, path: str) -> Policy | None:
         hpa_offset_seconds=c.integer(raw, "hpaSyncOffsetSeconds", path, default=0, minimum=0),
         keda_offset_seconds=c.integer(raw, "kedaPollOffsetSeconds", path, default=0, minimum=0),
         initial_replicas=None if initial < 0 else initial,
+        new_scaled_object=c.boolean(raw, "newScaledObject", path, default=False),
     )
