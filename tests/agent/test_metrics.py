@@ -260,3 +260,61 @@ async def test_amd_series_as_amds_exporter_names_them(start_agent: AgentFactory)
     assert series(text, "gpu_edge_temperature")[0][1] == pytest.approx(junction - 8.0)
     assert series(text, "gpu_package_power")[0][1] == series(text, "gpu_power_usage")[0][1]
     assert not series(text, "DCGM_FI_DEV_GPU_UTIL")
+
+
+async def test_the_xid_of_a_gpu_that_fell_off_the_bus_reaches_metrics(
+    start_agent: AgentFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """XID 79 ("fallen off the bus"): every read after it fails, so the value comes live from the backend,
+    not from the last good sample, which predates it."""
+    import sys
+
+    from gpuscale.backends.nvml import NvmlBackend
+    from tests.fakes.pynvml_fake import NVML_ERROR_GPU_IS_LOST, FakeGpu, make_module
+
+    gpu = FakeGpu("GPU-aaaa")
+    module = make_module([gpu])
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    agent = await start_agent(backend=NvmlBackend())
+
+    async def xid(value: float) -> str | None:
+        _status, text = await scrape(agent)
+        got = series(text, "DCGM_FI_DEV_XID_ERRORS")
+        return text if got and got[0][1] == value else None
+
+    await eventually(lambda: xid(0.0))
+    gpu.fail = NVML_ERROR_GPU_IS_LOST  # reads fail from here on; the driver reports the XID
+    module.raise_xid(gpu, 79)
+    async def lost_with_its_xid() -> str | None:
+        text = await xid(79.0)
+        return text if text and series(text, "gpuscale_agent_gpu_up")[0][1] == 0.0 else None
+
+    await eventually(lost_with_its_xid)
+    await asyncio.sleep(0.3)  # more failed rounds: the value stays
+    assert await xid(79.0)
+
+
+def test_mig_compute_instances_keep_every_pod_and_a_gpu_without_instances_keeps_its_memory() -> None:
+    from gpuscale.agent.exporter import GpuCollector
+    from gpuscale.agent.state import GpuView, NodeSnapshot
+    from gpuscale.model import Assignment, ContainerRef, DeviceInfo, GpuSample, ProcessSample
+
+    def instance(uuid: str, ci: int, pod: str) -> GpuView:
+        d = DeviceInfo(0, uuid, "NVIDIA H100 80GB HBM3", "00000000:19:00.0", 40 * 2**30, None, mig_enabled=True,
+                       parent_uuid="GPU-p", mig_profile="3g.40gb", gpu_instance_id=1, compute_instance_id=ci)
+        ref = ContainerRef("ml", pod, "main")
+        sample = GpuSample(uuid, 1.0, memory_used_bytes=2**30, memory_total_bytes=40 * 2**30,
+                           processes=(ProcessSample(100 + ci, 2**29, None),))
+        return GpuView(d, sample, None, (Assignment(ref, "nvidia.com/mig-3g.40gb", uuid),), {100 + ci: ref})
+
+    snap = NodeSnapshot("node-a", (instance("MIG-a", 0, "pod-a"), instance("MIG-b", 1, "pod-b")), {}, 1.0, 1)
+    families = {m.name: m for m in GpuCollector(lambda: snap, clock=lambda: 2.0).collect()}
+    assert sorted(s.labels["pod"] for s in families["DCGM_FI_DEV_FB_USED"].samples) == ["pod-a", "pod-b"]
+    assert sorted(s.labels["PodName"] for s in families["DCGM_CUSTOM_PROCESS_MEM_USED"].samples) == ["pod-a", "pod-b"]
+
+    # A GPU in MIG mode before the MIG manager has created its instances: its own memory series stay.
+    parent = DeviceInfo(0, "GPU-p", "NVIDIA H100 80GB HBM3", "00000000:19:00.0", 80 * 2**30, 700.0, mig_enabled=True)
+    lone = NodeSnapshot("node-a", (GpuView(parent, GpuSample("GPU-p", 1.0, memory_used_bytes=0,
+                                                            memory_total_bytes=80 * 2**30), None, ()),), {}, 1.0, 1)
+    families = {m.name: m for m in GpuCollector(lambda: lone, clock=lambda: 2.0).collect()}
+    assert "DCGM_FI_DEV_FB_USED" in families

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 
 import pytest
 
@@ -305,3 +306,30 @@ def test_xid_errors_are_followed_and_the_event_thread_stops_at_close(monkeypatch
     b.close()
     assert time.monotonic() - t0 < 2.0  # the wait returns within its 1 s timeout
     assert module.state["event_sets"] == {"created": 1, "freed": 1}
+
+
+def test_xid_survives_a_reopen_and_a_stuck_event_thread_keeps_nvml_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    gpu = FakeGpu("GPU-aaaa")
+    module = make_module([gpu])
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    b = opened()
+    (d,) = b.devices()
+    module.raise_xid(gpu, 48)
+    deadline = time.monotonic() + 3
+    while b.xid_last(d.uuid) != 48 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    b.close()
+    b.open()  # a driver reload: a new event set, the last XID kept
+    assert b.xid_last(d.uuid) == 48
+    # A wait that overruns its timeout (a hung driver): close must not shut NVML down under the thread.
+    release = threading.Event()
+    monkeypatch.setattr(module, "nvmlEventSetWait_v2", lambda s, ms: release.wait(10) or None)
+    time.sleep(1.2)  # the thread's current wait times out (1 s) and the next one hangs
+    inits = module.state["init"]
+    t0 = time.monotonic()
+    b.close()
+    assert time.monotonic() - t0 < 3.5  # bounded
+    assert module.state["init"] == inits  # no nvmlShutdown: the thread is still inside NVML
+    release.set()

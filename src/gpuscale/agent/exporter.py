@@ -232,11 +232,14 @@ class GpuCollector(Collector):
         hostname_label: str = "Hostname",
         backend: str = "",
         clock: Callable[[], float] = time.time,
+        xid_of: Callable[[str], int | None] | None = None,
     ) -> None:
         self._snapshot = snapshot
         self._host = hostname_label
         self._backend = backend
         self._clock = clock
+        # the last XID of a GPU, live (a GPU that fell off the bus has no sample after its XID)
+        self._xid_of = xid_of
 
     def describe(self) -> Iterable[Metric]:
         return []  # series vary with the node: skip the registry's describe-time collection
@@ -250,7 +253,18 @@ class GpuCollector(Collector):
         age = Metric(
             "gpuscale_agent_sample_age_seconds", "Age of the newest good sample of the GPU.", "gauge"
         )
-        instances: set[tuple[str | None, int | None]] = set()
+        # Compute instances of one GPU instance share its memory and GPM counters, and dcgm-exporter's
+        # labels (GPU_I_ID) cannot tell them apart: one series per GPU instance, held by the pods of all.
+        holders: dict[tuple[str | None, int | None], set[ContainerRef]] = {}
+        with_instances: set[str] = set()  # GPUs in MIG mode whose instances report: the GPU keeps the rest
+        for view in snap.gpus:
+            d = view.device
+            if d.is_mig:
+                key = (d.parent_uuid, d.gpu_instance_id)
+                holders.setdefault(key, set()).update(a.container for a in view.assignments)
+                if view.latest is not None and d.parent_uuid is not None:
+                    with_instances.add(d.parent_uuid)
+        emitted: set[tuple[str | None, int | None]] = set()
         for view in snap.gpus:
             d = view.device
             ident = {"gpu": str(d.index), "UUID": d.uuid}
@@ -258,21 +272,26 @@ class GpuCollector(Collector):
             if view.latest is None:
                 continue
             age.add_sample(age.name, ident, max(0.0, now - view.latest.timestamp))
+            held = None
             if d.is_mig:
-                # Compute instances of one GPU instance share its memory and its GPM counters, and
-                # dcgm-exporter's labels (GPU_I_ID) cannot tell them apart: one series per GPU instance.
-                if (d.parent_uuid, d.gpu_instance_id) in instances:
-                    continue
-                instances.add((d.parent_uuid, d.gpu_instance_id))
+                key = (d.parent_uuid, d.gpu_instance_id)
+                held = holders.get(key, set())
+                first = key not in emitted
+                emitted.add(key)
+            else:
+                first = True
             if d.vendor is not Vendor.NVIDIA:
                 series = AMD_SERIES
-            elif d.mig_enabled and not d.is_mig:
+            elif d.mig_enabled and not d.is_mig and d.uuid in with_instances:
                 series = MIG_PARENT_SERIES
             else:
                 series = NVIDIA_SERIES
-            for labels in self._label_sets(view, snap.node_name):
+            xid = self._xid_of(d.uuid) if self._xid_of is not None and not d.is_mig else None
+            for labels in self._label_sets(view, snap.node_name, held) if first else ():
                 for name, _, get in series:
                     value = get(view.latest)
+                    if name == "DCGM_FI_DEV_XID_ERRORS" and xid is not None:
+                        value = xid
                     if value is not None:
                         families[name].add_sample(name, labels, value)
             for share in container_shares(view):
@@ -300,7 +319,11 @@ class GpuCollector(Collector):
         yield up
         yield age
 
-    def _label_sets(self, view: GpuView, node: str) -> list[dict[str, str]]:
+    def _label_sets(
+        self, view: GpuView, node: str, held: set[ContainerRef] | None = None
+    ) -> list[dict[str, str]]:
+        """One label set per container holding the GPU (``held``: for a GPU instance, the holders of all
+        its compute instances), or one without pod labels."""
         d = view.device
         if d.vendor is Vendor.NVIDIA:
             base = {
@@ -319,7 +342,8 @@ class GpuCollector(Collector):
         else:
             base = {"gpu_id": str(d.index), "gpu_uuid": d.uuid, "card_model": d.name, "hostname": node}
         holders = sorted(
-            {a.container for a in view.assignments}, key=lambda c: (c.namespace, c.pod, c.container)
+            held if held is not None else {a.container for a in view.assignments},
+            key=lambda c: (c.namespace, c.pod, c.container),
         )
         if not holders:
             return [base]

@@ -97,6 +97,7 @@ class Agent:
                 hostname_label=settings.hostname_label,
                 backend=backend.name,
                 clock=clock,
+                xid_of=getattr(backend, "xid_last", None),
             )
         )
         self._grpc: grpc.aio.Server | None = None

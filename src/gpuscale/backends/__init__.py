@@ -63,6 +63,11 @@ class AutoBackend:
             raise BackendUnavailable("auto", "not open", "open() it first")
         return self._chosen.sample(device)
 
+    def xid_last(self, uuid: str) -> int | None:
+        """The chosen backend's, where it has one (NVML)."""
+        live = getattr(self._chosen, "xid_last", None)
+        return None if live is None else live(uuid)
+
 
 def create_backend(name: str, *, mock: MockConfig | None = None) -> Backend:
     """A backend by name, not yet open."""

@@ -12,6 +12,7 @@ device has no interval yet (``None``). A GPM failure leaves those fields ``None`
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import math
 import threading
@@ -70,9 +71,12 @@ class _XidWatch:
     thread of its own: ``nvmlEventSetWait`` blocks, one second at a time so that ``close`` can stop it. The
     set is freed only once the thread has stopped."""
 
-    def __init__(self, nvml: ModuleType, handles: Mapping[str, Any]) -> None:
+    def __init__(
+        self, nvml: ModuleType, handles: Mapping[str, Any], before: Mapping[str, int] | None = None
+    ) -> None:
         self._nvml = nvml
         self.last: dict[str, int] = {}
+        self._uuids: dict[object, str] = {}  # handle -> uuid: the thread makes no NVML call for a lost GPU
         self._stop = threading.Event()
         self._set = nvml.nvmlEventSetCreate()
         for uuid, h in handles.items():
@@ -80,7 +84,8 @@ class _XidWatch:
                 nvml.nvmlDeviceRegisterEvents(h, nvml.nvmlEventTypeXidCriticalError, self._set)
             except nvml.NVMLError:
                 continue  # not on this part
-            self.last[uuid] = 0
+            self.last[uuid] = (before or {}).get(uuid, 0)  # a reopen (driver reload) keeps the last XID
+            self._uuids[_handle_key(h)] = uuid
         self._thread = threading.Thread(target=self._run, name="nvml-xid-events", daemon=True)
         if self.last:
             self._thread.start()
@@ -98,25 +103,36 @@ class _XidWatch:
                     return
                 self._stop.wait(1.0)  # e.g. the driver going away: the backend reopens, a new watch starts
                 continue
+            if self._stop.is_set():
+                return
             if data.eventType & nvml.nvmlEventTypeXidCriticalError:
-                try:
-                    uuid = nvml.nvmlDeviceGetUUID(data.device)
-                except nvml.NVMLError:
+                uuid = self._uuids.get(_handle_key(data.device))
+                if uuid is None:
                     continue
-                if isinstance(uuid, bytes):
-                    uuid = uuid.decode(errors="replace")
                 log.warning("GPU %s reported XID %d", uuid, data.eventData)
                 self.last[uuid] = int(data.eventData)
 
-    def close(self) -> None:
+    def close(self) -> bool:
+        """Stop the thread and free the set; False if the thread did not stop (then NVML must stay up)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=2.5)
-        if not self._thread.is_alive():
-            try:
-                self._nvml.nvmlEventSetFree(self._set)
-            except self._nvml.NVMLError:
-                pass
+        if self._thread.is_alive():
+            return False
+        try:
+            self._nvml.nvmlEventSetFree(self._set)
+        except self._nvml.NVMLError:
+            pass
+        return True
+
+
+def _handle_key(h: Any) -> object:
+    """A device handle's identity: the address it points to (NVML hands out new pointer objects for the
+    same device), or the object itself where it is not a ctypes pointer."""
+    try:
+        return ctypes.cast(h, ctypes.c_void_p).value
+    except (TypeError, ctypes.ArgumentError):
+        return id(h)
 
 
 @dataclass
@@ -155,6 +171,7 @@ class NvmlBackend:
         self._gpm: dict[str, _Gpm] = {}
         self._memory_v2: bool | None = None  # nvmlDeviceGetMemoryInfo_v2 works here (None: not tried yet)
         self._xid: _XidWatch | None = None
+        self._xid_before: dict[str, int] = {}  # the last XIDs, across a reopen
 
     # -- lifecycle ---------------------------------------------------------------------------------------
     def open(self) -> None:
@@ -185,9 +202,17 @@ class NvmlBackend:
 
     def close(self) -> None:
         nvml, self._nvml = self._nvml, None
+        xid_stopped = True
         if self._xid is not None:
-            self._xid.close()
+            self._xid_before = dict(self._xid.last)
+            xid_stopped = self._xid.close()
             self._xid = None
+        if not xid_stopped:  # its thread is still inside NVML: shutting NVML down under it could crash
+            log.warning("NVML's event thread did not stop; NVML is left open until the process exits")
+            self._gpm.clear()
+            self._handles.clear()
+            self._last_seen_us.clear()
+            return
         if nvml is not None:
             for state in self._gpm.values():
                 for sample in (state.previous, state.spare):
@@ -206,6 +231,13 @@ class NvmlBackend:
 
     def devices(self) -> Sequence[DeviceInfo]:
         return self._devices
+
+    def xid_last(self, uuid: str) -> int | None:
+        """The last XID error of GPU ``uuid`` (0: none), live: a lost GPU has no sample after its XID."""
+        xid = self._xid
+        if xid is None:  # closed, or a reopen that failed (the GPU fell off the bus): what was seen last
+            return self._xid_before.get(uuid)
+        return xid.last.get(uuid)
 
     # -- discovery ---------------------------------------------------------------------------------------
     def _optional(self, fn: Callable[..., T], *args: Any) -> T | None:
@@ -261,7 +293,7 @@ class NvmlBackend:
         physical = {d.uuid: self._handles[d.uuid] for d in devices if not d.is_mig}
         if hasattr(nvml, "nvmlEventSetCreate"):
             try:
-                self._xid = _XidWatch(nvml, physical)
+                self._xid = _XidWatch(nvml, physical, self._xid_before)
             except nvml.NVMLError as e:
                 log.info("NVML events unavailable (%s): no XID errors on /metrics", e)
 
