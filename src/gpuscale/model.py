@@ -120,7 +120,6 @@ class GpuSample:
     remapped_rows_correctable: int | None = None
     remapped_rows_uncorrectable: int | None = None
     row_remap_failed: bool | None = None
-    xid_last: int | None = None  # the last XID error since the agent started (0: none)
     # AMD's exporter names its sensors apart (temperature_celsius is the junction's, else the edge's)
     junction_temperature_celsius: float | None = None
     edge_temperature_celsius: float | None = None

@@ -296,12 +296,12 @@ def test_xid_errors_are_followed_and_the_event_thread_stops_at_close(monkeypatch
     monkeypatch.setitem(sys.modules, "pynvml", module)
     b = opened()
     d, d_old = b.devices()
-    assert b.sample(d).xid_last == 0 and b.sample(d_old).xid_last is None  # none yet; not watchable
+    assert b.xid_last(d.uuid) == 0 and b.xid_last(d_old.uuid) is None  # none yet; not watchable
     module.raise_xid(gpu, 79)  # "GPU has fallen off the bus"
     deadline = time.monotonic() + 3
-    while b.sample(d).xid_last != 79 and time.monotonic() < deadline:
+    while b.xid_last(d.uuid) != 79 and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert b.sample(d).xid_last == 79
+    assert b.xid_last(d.uuid) == 79
     t0 = time.monotonic()
     b.close()
     assert time.monotonic() - t0 < 2.0  # the wait returns within its 1 s timeout

@@ -48,7 +48,6 @@ NVIDIA_SERIES: tuple[tuple[str, str, Getter], ...] = (
     ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", lambda s: _mib(s.memory_free_bytes)),
     ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", lambda s: _mib(s.memory_used_bytes)),
     ("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", lambda s: s.mem_clock_mhz),
-    ("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", lambda s: s.xid_last),
     # dcgm-exporter declares this and the retry and row counters as counters; prometheus_client's text
     # format can only write a counter's TYPE line with _total appended, so they are gauges here: rate()
     # and increase() work the same on them.
@@ -107,6 +106,8 @@ NVIDIA_SERIES: tuple[tuple[str, str, Getter], ...] = (
         lambda s: _ratio(s.dram_active),
     ),
 )
+
+_XID = "DCGM_FI_DEV_XID_ERRORS"  # the last XID, read live from the backend (``xid_of``)
 
 # A GPU in MIG mode: its GPU instances carry memory, utilization and activity (dcgm-exporter monitors "all
 # GPU instances in MIG mode"); the GPU itself only what no instance has, so that no sum counts memory twice.
@@ -248,6 +249,8 @@ class GpuCollector(Collector):
         snap = self._snapshot()
         now = self._clock()
         families = {name: Metric(name, doc, "gauge") for name, doc, _ in (*NVIDIA_SERIES, *AMD_SERIES)}
+        # Not from a sample: a GPU that fell off the bus (XID 79) has none after its XID.
+        xids = Metric(_XID, "Value of the last XID error encountered.", "gauge")
         containers = {name: Metric(name, doc, "gauge") for name, doc in CONTAINER_SERIES}
         up = Metric("gpuscale_agent_gpu_up", "1 if the last read of the GPU succeeded, else 0.", "gauge")
         age = Metric(
@@ -290,10 +293,10 @@ class GpuCollector(Collector):
             for labels in self._label_sets(view, snap.node_name, held) if first else ():
                 for name, _, get in series:
                     value = get(view.latest)
-                    if name == "DCGM_FI_DEV_XID_ERRORS" and xid is not None:
-                        value = xid
                     if value is not None:
                         families[name].add_sample(name, labels, value)
+                if xid is not None:
+                    xids.add_sample(_XID, labels, xid)
             for share in container_shares(view):
                 c = share.container
                 labels = {
@@ -314,7 +317,7 @@ class GpuCollector(Collector):
                 for (name, _), value in zip(CONTAINER_SERIES, values, strict=True):
                     if value is not None:
                         containers[name].add_sample(name, labels, value)
-        yield from (m for m in families.values() if m.samples)
+        yield from (m for m in (*families.values(), xids) if m.samples)
         yield from (m for m in containers.values() if m.samples)
         yield up
         yield age

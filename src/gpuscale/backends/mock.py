@@ -242,6 +242,11 @@ class MockBackend:
     def devices(self) -> Sequence[DeviceInfo]:
         return self._devices
 
+    def xid_last(self, uuid: str) -> int | None:
+        """Mock NVIDIA GPUs report no XID error (0), as NVML's event set does for healthy ones."""
+        nvidia = self._config.model.vendor is Vendor.NVIDIA
+        return 0 if nvidia and any(d.uuid == uuid and not d.is_mig for d in self._devices) else None
+
     def sample(self, device: DeviceInfo) -> GpuSample:
         if self._start is None:
             raise DeviceError(device.uuid, "driver", "the mock backend is not open")
@@ -290,7 +295,6 @@ class MockBackend:
                 "remapped_rows_correctable": 0,
                 "remapped_rows_uncorrectable": 0,
                 "row_remap_failed": False,
-                "xid_last": 0,
             }
         else:  # an MI300X: junction and edge sensors, socket power
             junction = round(32.0 + 43.0 * util / 100.0, 1)

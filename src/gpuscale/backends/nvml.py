@@ -446,7 +446,6 @@ class NvmlBackend:
         replays = opt(nvml.nvmlDeviceGetPcieReplayCounter, h)
         rows = opt(nvml.nvmlDeviceGetRemappedRows, h)
         out.update(
-            xid_last=None if self._xid is None else self._xid.last.get(device.uuid),
             mem_clock_mhz=None if clock is None else float(clock),
             energy_mj=None if energy is None else int(energy),
             encoder_utilization=None if enc is None else float(enc[0]),
