@@ -54,7 +54,6 @@ class _Reloader:
         self.tls = tls
         self._seen = self._signature()
         self.initial = self._configuration()
-        self.reloads = 0
 
     def _files(self) -> list[Path]:
         return [p for p in (self.tls.cert, self.tls.key, self.tls.client_ca) if p is not None]
@@ -82,7 +81,6 @@ class _Reloader:
             log.warning("TLS files of %s changed, unreadable (%s); keeping those in use", self.tls.cert, e)
             return None
         self._seen = signature
-        self.reloads += 1
         log.info("TLS files of %s changed: offered to gRPC for new connections", self.tls.cert)
         return configuration
 

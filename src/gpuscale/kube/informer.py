@@ -22,7 +22,7 @@ from typing import Any
 from ._http import Json, KubeApi, get_json, iter_lines, open_stream
 from .errors import KubeApiError
 
-__all__ = ["ListWatch", "WatchSettings"]
+__all__ = ["ListWatch", "NodeListWatch", "WatchSettings"]
 
 log = logging.getLogger(__name__)
 
@@ -195,3 +195,18 @@ class ListWatch:
     def _bump(self) -> None:
         self.version += 1
         self.changed.set()
+
+
+class NodeListWatch(ListWatch):
+    """A list+watch about one node, ``node_name`` (its pods, its Node object)."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        node_name: str,
+        settings: WatchSettings | None = None,
+        *,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        super().__init__(api, settings, sleep=sleep)
+        self.node_name = node_name

@@ -7,32 +7,21 @@ Only label changes count; the kubelet's status updates of the Node do not bump `
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
+from types import MappingProxyType
 
-from ._http import Json, KubeApi
-from .informer import ListWatch, WatchSettings
+from ._http import Json
+from .informer import NodeListWatch
 
 __all__ = ["NodeLabelWatcher"]
 
 
-class NodeLabelWatcher(ListWatch):
+class NodeLabelWatcher(NodeListWatch):
     """List+watch of the Node ``node_name``; ``labels`` is empty until it is read, or if it does not exist."""
 
     path = "/api/v1/nodes"
     stale_consequence = "the node's labels (for pool scope) may be out of date"
-
-    def __init__(
-        self,
-        api: KubeApi,
-        node_name: str,
-        settings: WatchSettings | None = None,
-        *,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    ) -> None:
-        super().__init__(api, settings, sleep=sleep)
-        self.node_name = node_name
-        self._labels: dict[str, str] = {}
+    _labels: Mapping[str, str] = MappingProxyType({})  # replaced whole on every change, never mutated
 
     @property
     def labels(self) -> Mapping[str, str]:
@@ -44,7 +33,7 @@ class NodeLabelWatcher(ListWatch):
     def _selector(self) -> list[tuple[str, str]]:
         return [("fieldSelector", f"metadata.name={self.node_name}")]
 
-    def _set(self, labels: dict[str, str]) -> bool:
+    def _set(self, labels: Mapping[str, str]) -> bool:
         if labels == self._labels:
             return False
         self._labels = labels

@@ -17,7 +17,7 @@ from ..model import ContainerRef, PodInfo
 from ._http import Json, KubeApi
 from .errors import KubeConfigError
 from .incluster import InClusterApi
-from .informer import ListWatch, WatchSettings
+from .informer import NodeListWatch, WatchSettings
 
 __all__ = ["NodePodWatcher", "PodKey", "WatchSettings", "api_client_from", "strip_runtime_prefix"]
 
@@ -72,7 +72,7 @@ def _entry_from(obj: Json) -> _Entry | None:
     return _Entry(info, containers)
 
 
-class NodePodWatcher(ListWatch):
+class NodePodWatcher(NodeListWatch):
     """List+watch of the pods on ``node_name``. ``await run()`` until cancelled; read with the accessors."""
 
     path = "/api/v1/pods"
@@ -86,8 +86,7 @@ class NodePodWatcher(ListWatch):
         *,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        super().__init__(api, settings, sleep=sleep)
-        self.node_name = node_name
+        super().__init__(api, node_name, settings, sleep=sleep)
         self._pods: dict[PodKey, _Entry] = {}
         self._by_uid: dict[str, PodInfo] = {}
         self._by_container: dict[str, ContainerRef] = {}

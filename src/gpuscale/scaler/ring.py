@@ -20,7 +20,7 @@ import itertools
 import math
 from array import array
 from collections.abc import Iterator, Sequence
-from typing import overload
+from typing import Any, overload
 
 from ..model import SAMPLE_FIELDS, GpuSample, ProcessSample
 
@@ -41,6 +41,7 @@ _INF = math.inf
 # own at the first value: 8,000 GPUs without GPM do not carry 5 empty columns each (40 MiB at 120 s).
 _SPARSE = SAMPLE_FIELDS.index("gr_engine_active")
 _NAN_COLUMNS: dict[int, array[float]] = {}
+_WHOLE = frozenset({"memory_used_bytes", "memory_total_bytes"})  # int fields of GpuSample
 
 
 def _nan_column(capacity: int) -> array[float]:
@@ -161,31 +162,8 @@ class SampleRing(Sequence[GpuSample]):
         return (self._end - self._size + k) % self.capacity
 
     def _sample(self, i: int) -> GpuSample:
-        cols = self._cols
-
-        def real(k: int) -> float | None:
-            v = cols[k][i]
-            return None if v != v else v
-
-        def whole(k: int) -> int | None:
-            v = cols[k][i]
-            return None if v != v else int(v)
-
-        return GpuSample(
-            uuid=self.uuid,
-            timestamp=self._ts[i],
-            gpu_utilization=real(0),
-            memory_utilization=real(1),
-            memory_used_bytes=whole(2),
-            memory_total_bytes=whole(3),
-            temperature_celsius=real(4),
-            power_watts=real(5),
-            power_limit_watts=real(6),
-            sm_clock_mhz=real(7),
-            gr_engine_active=real(8),
-            sm_active=real(9),
-            sm_occupancy=real(10),
-            tensor_active=real(11),
-            dram_active=real(12),
-            processes=self._procs[i],
-        )
+        values: dict[str, Any] = {}
+        for k, name in enumerate(SAMPLE_FIELDS):
+            v = self._cols[k][i]
+            values[name] = None if v != v else int(v) if name in _WHOLE else v
+        return GpuSample(uuid=self.uuid, timestamp=self._ts[i], processes=self._procs[i], **values)
