@@ -19,7 +19,7 @@ import grpc.aio
 import pytest
 import pytest_asyncio
 
-from gpuscale.agent.service import Agent, PodSource
+from gpuscale.agent.service import Agent, DraDeviceSource, PodSource
 from gpuscale.agent.settings import AgentSettings
 from gpuscale.backends.base import Backend
 from gpuscale.backends.mock import MockBackend, MockConfig
@@ -73,6 +73,7 @@ async def start_agent(socket_dir: Path) -> AsyncIterator[AgentFactory]:
         node: str = "node-a",
         backend: Backend | None = None,
         pods: PodSource | None = None,
+        dra: DraDeviceSource | None = None,
         **settings: Any,
     ) -> Agent:
         base = AgentSettings(
@@ -81,7 +82,7 @@ async def start_agent(socket_dir: Path) -> AsyncIterator[AgentFactory]:
         )
         if backend is None:
             backend = MockBackend(MockConfig(gpus=gpus, patterns=parse_patterns(patterns), node=node))
-        agent = Agent(replace(base, **settings), backend, pods=pods)
+        agent = Agent(replace(base, **settings), backend, pods=pods, dra=dra)
         await agent.start()
         agents.append(agent)
         return agent

@@ -15,10 +15,12 @@ __all__ = [
     "Assignment",
     "ContainerRef",
     "DeviceInfo",
+    "DraDevice",
     "GpuSample",
     "PodInfo",
     "ProcessSample",
     "Vendor",
+    "dra_device_key",
 ]
 
 # The numeric fields of ``GpuSample`` in one fixed order (a sample's row in the scaler's columns).
@@ -157,13 +159,39 @@ class ContainerRef:
 
 
 @dataclass(frozen=True, slots=True)
+class DraDevice:
+    """A device of a DRA driver that the kubelet prepared for a container, as PodResources names it, and the
+    ResourceClaim (``namespace/name``) it was allocated for."""
+
+    driver: str
+    pool: str
+    device: str
+    claim: str = ""
+
+    @property
+    def key(self) -> str:
+        return dra_device_key(self.driver, self.pool, self.device)
+
+
+def dra_device_key(driver: str, pool: str, device: str) -> str:
+    """One DRA device of a node: ``driver/pool/device``. Unambiguous: a driver name has no ``/`` and a device
+    name is a DNS label; only a pool name may have ``/`` in it."""
+    return f"{driver}/{pool}/{device}"
+
+
+@dataclass(frozen=True, slots=True)
 class Assignment:
     """A device the kubelet assigned to a container (PodResources API), as the device plugin named it:
-    ``GPU-<uuid>``, ``GPU-<uuid>::<replica>`` (time-slicing/MPS), ``MIG-<uuid>``, ``nvidia0``, a bus id…"""
+    ``GPU-<uuid>``, ``GPU-<uuid>::<replica>`` (time-slicing/MPS), ``MIG-<uuid>``, ``nvidia0``, a bus id…
+
+    A DRA device (``dra``) has the driver as ``resource_name``; its ``device_id`` is ``pool/device`` as the
+    kubelet gives it, and becomes what names the GPU (a UUID, a bus id) once its ResourceSlice is known
+    (``agent.attribution.resolve_dra``). ``dra`` stays in the agent: the wire carries the resolved id."""
 
     container: ContainerRef
     resource_name: str
     device_id: str
+    dra: DraDevice | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuscale.agent.service import Agent
 from gpuscale.backends.patterns import parse_patterns
 from tests.conftest import AgentFactory
-from tests.fakes.kubelet import FakeKubelet, pod_resources
+from tests.fakes.kubelet import FakeKubelet, dra_claim, pod_resources
 
 
 async def scrape(agent: Agent, path: str = "/metrics") -> tuple[int, str]:
@@ -147,6 +147,42 @@ async def test_attributed_gpus_carry_pod_labels(start_agent: AgentFactory, kubel
     assert sorted(lab["pod"] for lab in by_uuid[uuids[1]]) == ["embed-0", "embed-1"]
     (g2,) = by_uuid[uuids[2]]
     assert not {"namespace", "pod", "container"} & set(g2)  # held by nobody: no pod labels at all
+
+
+class _Slices:
+    """The DRA device table of a node's ResourceSlices, as ``NodeResourceSliceWatcher.devices`` has it."""
+
+    def __init__(self) -> None:
+        self.devices: dict[str, tuple[str, ...]] = {}
+
+    async def run(self) -> None:
+        await asyncio.Event().wait()
+
+
+async def test_dra_devices_are_attributed_once_a_resource_slice_names_them(
+    start_agent: AgentFactory, kubelet: FakeKubelet, caplog: pytest.LogCaptureFixture
+) -> None:
+    slices = _Slices()
+    agent = await start_agent("constant:50", gpus=2, dra=slices)
+    uuids = [d.uuid for d in agent.state.devices]
+    claim = dra_claim("ai", "llm-0-gpu", "gpu.nvidia.com", "node-a", ["gpu-1"])
+    kubelet.pods = [pod_resources("ai", "llm-0", {}, {"server": [claim]})]
+
+    # no slice describes gpu-1 yet: said once, with the claim, and nothing attributed
+    warning = "DRA device gpu.nvidia.com/node-a/gpu-1 (claim ai/llm-0-gpu), which no ResourceSlice"
+    await eventually(lambda: asyncio.sleep(0, result=warning in caplog.text))
+    await asyncio.sleep(0.3)  # a few more attribution rounds
+    assert caplog.text.count(warning) == 1
+    assert not agent.state.assignments
+
+    slices.devices = {"gpu.nvidia.com/node-a/gpu-1": (uuids[1],)}
+
+    async def attributed() -> bool:
+        _, text = await scrape(agent)
+        pods = {lab["UUID"]: lab.get("pod") for lab, _ in series(text, "DCGM_FI_DEV_GPU_UTIL")}
+        return pods == {uuids[0]: None, uuids[1]: "llm-0"}
+
+    await eventually(attributed)
 
 
 async def test_failing_gpu_keeps_last_values_and_is_reported(start_agent: AgentFactory) -> None:

@@ -117,6 +117,7 @@ def test_rbac_is_least_privilege(rendered: dict[str, dict[str, str]]) -> None:
     objs = objects(rendered["default"])
     assert find(objs, "ClusterRole", "gpuscale-agent")["rules"] == [
         {"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["get", "list", "watch"]},
     ]
     assert find(objs, "ClusterRole", "gpuscale-scaler")["rules"] == [
         {"apiGroups": ["keda.sh"], "resources": ["scaledobjects"], "verbs": ["get", "list", "watch"]},

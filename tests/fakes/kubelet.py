@@ -6,6 +6,6 @@ One implementation (``gpuscale.demo.kubelet``) serves both the demo and the test
 from __future__ import annotations
 
 from gpuscale.demo.kubelet import LocalKubelet as FakeKubelet
-from gpuscale.demo.kubelet import pod_resources
+from gpuscale.demo.kubelet import dra_claim, pod_resources
 
-__all__ = ["FakeKubelet", "pod_resources"]
+__all__ = ["FakeKubelet", "dra_claim", "pod_resources"]

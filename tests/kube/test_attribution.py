@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuscale.agent.attribution import attribute, match_assignments, normalize_pci_bus_id
-from gpuscale.model import Assignment, ContainerRef, DeviceInfo, Vendor
+from gpuscale.model import Assignment, ContainerRef, DeviceInfo, DraDevice, Vendor
 
 G0 = "GPU-5f3e1c2a-9b8d-4e7f-a6b5-c4d3e2f1a0b9"
 G1 = "GPU-0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d"
@@ -121,3 +121,58 @@ def test_unmatched_are_kept_apart_and_match_returns_only_known() -> None:
 )
 def test_normalize_pci(raw: str, normal: str | None) -> None:
     assert normalize_pci_bus_id(raw) == normal
+
+
+# DRA: the node's ResourceSlices say which GPU each device of a driver is (kube/resourceslices.py).
+SLICES = {
+    "gpu.nvidia.com/node-1/gpu-0": (G0, "0000:1a:00.0"),
+    "gpu.nvidia.com/node-1/gpu-1-mig-9-4-1": (M1A,),
+    "gpu.nvidia.com/node-1/gpu-5": ("GPU-00000000-0000-0000-0000-000000000000",),  # not on this agent
+    "gpu.nvidia.com/node-1/gpu-6": ("GPU-00000000-0000-0000-0000-000000000000", "0000:3b:00.0"),
+    "gpu.amd.com/node-1/gpu-0-128": ("0000:c1:00.0",),
+}
+
+
+def _dra(device: str, driver: str = "gpu.nvidia.com") -> Assignment:
+    return Assignment(C, driver, f"node-1/{device}", DraDevice(driver, "node-1", device, "ml/claim"))
+
+
+@pytest.mark.parametrize(
+    ("device", "driver", "gpu", "named_by"),
+    [
+        ("gpu-0", "gpu.nvidia.com", G0, G0),
+        ("gpu-1-mig-9-4-1", "gpu.nvidia.com", M1A, M1A),  # a MIG device: its own UUID
+        ("gpu-6", "gpu.nvidia.com", G1, "0000:3b:00.0"),  # an unknown UUID, then the bus id
+        ("gpu-0-128", "gpu.amd.com", AMD0, "0000:c1:00.0"),  # AMD: the standard pciBusID attribute
+    ],
+)
+def test_dra_device_is_the_gpu_its_resource_slice_names(device: str, driver: str, gpu: str, named_by: str) -> None:
+    a = _dra(device, driver)
+    result = attribute(DEVICES, [a], SLICES)
+    # the attributed assignment carries the id that named the GPU: that is what travels to the scaler
+    assert result.by_device == {gpu: (Assignment(C, driver, named_by, a.dra),)}
+    assert result.unmatched == () and result.undescribed == ()
+
+
+def test_dra_device_without_a_slice_or_without_a_gpu_here_is_reported() -> None:
+    undescribed, elsewhere = _dra("gpu-9"), _dra("gpu-5")
+    result = attribute(DEVICES, [undescribed, elsewhere], SLICES)
+    assert result.by_device == {}
+    assert result.undescribed == (undescribed,)
+    assert result.unmatched == (elsewhere,)
+    # without any ResourceSlice (no Kubernetes API): every DRA device is undescribed, plugin ids still work
+    plugin = _a(G0)
+    result = attribute(DEVICES, [undescribed, plugin])
+    assert result.undescribed == (undescribed,) and result.by_device == {G0: (plugin,)}
+
+
+def test_a_bus_id_several_devices_share_names_none_of_them() -> None:
+    # The partitions of one AMD GPU report its bus id; a DRA partition published with that bus id alone
+    # cannot be told apart: it stays unattributed rather than go to the wrong pod.
+    parts = tuple(
+        DeviceInfo(i, f"0x{i:016x}", "AMD Instinct MI300X", "0000:c1:00.0", 24 << 30, 750.0, vendor=Vendor.AMD)
+        for i in range(2)
+    )
+    a = _dra("gpu-0-128", "gpu.amd.com")
+    assert attribute(parts, [a], SLICES).unmatched == (a,)
+    assert attribute(parts, [_a("0000:c1:00.0", "amd.com/gpu")]).by_device == {}

@@ -7,9 +7,14 @@ import pytest
 
 from gpuscale._proto import podresources_pb2
 from gpuscale.kube.errors import KubeletError, KubeletUnavailable
-from gpuscale.kube.podresources import PodResourcesClient, assignments_from_response, is_gpu_resource
-from gpuscale.model import Assignment, ContainerRef
-from tests.fakes.kubelet import FakeKubelet, pod_resources
+from gpuscale.kube.podresources import (
+    PodResourcesClient,
+    assignments_from_response,
+    is_gpu_driver,
+    is_gpu_resource,
+)
+from gpuscale.model import Assignment, ContainerRef, DraDevice
+from tests.fakes.kubelet import FakeKubelet, dra_claim, pod_resources
 
 UUID0 = "GPU-5f3e1c2a-9b8d-4e7f-a6b5-c4d3e2f1a0b9"
 UUID1 = "GPU-0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d"
@@ -159,3 +164,61 @@ async def test_message_over_4_mib(kubelet: FakeKubelet) -> None:
         with pytest.raises(KubeletError) as info:
             await small.list()
     assert info.value.code == "RESOURCE_EXHAUSTED"
+
+
+@pytest.mark.parametrize(
+    ("driver", "expected"),
+    [
+        ("gpu.nvidia.com", True),
+        ("gpu.amd.com", True),
+        ("gpu.amd.com.v2", True),  # AMD's exporter accepts the prefix
+        ("compute-domain.nvidia.com", False),  # NVIDIA's other DRA driver: IMEX channels, not GPUs
+        ("dra.example.com", False),
+    ],
+)
+def test_dra_driver_filter(driver: str, expected: bool) -> None:
+    assert is_gpu_driver(driver) is expected
+    assert is_gpu_driver(driver, {driver})
+
+
+def test_dra_claims_become_assignments_after_plugin_devices() -> None:
+    gpu_claim = dra_claim("ml", "llm-gpus", "gpu.nvidia.com", "node-1", ["gpu-0", "gpu-1-mig-9-4-1"])
+    imex = dra_claim("ml", "imex", "compute-domain.nvidia.com", "node-1", ["channel-0"])
+    response = podresources_pb2.ListPodResourcesResponse(
+        pod_resources=[
+            pod_resources(
+                "ml",
+                "llm-0",
+                {"server": [("nvidia.com/gpu", [UUID0])]},
+                {"server": [gpu_claim, imex], "sidecar": []},
+            )
+        ]
+    )
+    server = ContainerRef("ml", "llm-0", "server")
+    got = assignments_from_response(response)
+    assert got == (
+        Assignment(server, "nvidia.com/gpu", UUID0),
+        Assignment(
+            server, "gpu.nvidia.com", "node-1/gpu-0", DraDevice("gpu.nvidia.com", "node-1", "gpu-0", "ml/llm-gpus")
+        ),
+        Assignment(
+            server,
+            "gpu.nvidia.com",
+            "node-1/gpu-1-mig-9-4-1",
+            DraDevice("gpu.nvidia.com", "node-1", "gpu-1-mig-9-4-1", "ml/llm-gpus"),
+        ),
+    )
+    assert got[1].dra is not None and got[1].dra.key == "gpu.nvidia.com/node-1/gpu-0"
+
+
+def test_dra_claim_from_an_old_kubelet_without_device_names_is_skipped() -> None:
+    # Kubernetes <= 1.30: ClaimResource had only cdi_devices; nothing names the device.
+    old = podresources_pb2.DynamicResource(
+        claim_name="c",
+        claim_namespace="ml",
+        claim_resources=[podresources_pb2.ClaimResource(cdi_devices=[podresources_pb2.CDIDevice(name="x=y")])],
+    )
+    response = podresources_pb2.ListPodResourcesResponse(
+        pod_resources=[pod_resources("ml", "p", {}, {"main": [old]})]
+    )
+    assert assignments_from_response(response) == ()

@@ -1,5 +1,6 @@
 """A small cluster on loopback: real agents on the mock backend (each with its FakeKubelet, and watchers of its
-pods and of its Node on the FakeApiServer), a real scaler following them, and an async client that calls it the way KEDA does."""
+pods, its Node and its ResourceSlices on the FakeApiServer), a real scaler following them, and an async client
+that calls it the way KEDA does."""
 
 from __future__ import annotations
 
@@ -22,10 +23,11 @@ from gpuscale.backends.mock import MockBackend, MockConfig
 from gpuscale.backends.patterns import parse_patterns
 from gpuscale.kube.nodes import NodeLabelWatcher
 from gpuscale.kube.pods import NodePodWatcher, WatchSettings, api_client_from
+from gpuscale.kube.resourceslices import NodeResourceSliceWatcher
 from gpuscale.scaler.server import Scaler, ScalerSettings
 from gpuscale.scaler.subscriber import SubscriberSettings
 from tests.fakes.apiserver import FakeApiServer, make_pod, write_kubeconfig
-from tests.fakes.kubelet import FakeKubelet, pod_resources
+from tests.fakes.kubelet import FakeKubelet, dra_claim, pod_resources
 
 TOKEN = "s3cret"
 
@@ -89,7 +91,13 @@ class Cluster:
             history_seconds=10.0,
         )
         backend = MockBackend(MockConfig(gpus=gpus, patterns=parse_patterns(patterns), node=name))
-        agent = Agent(replace(base, **settings), backend, pods=pods, node=NodeLabelWatcher(api, name, watch))
+        agent = Agent(
+            replace(base, **settings),
+            backend,
+            pods=pods,
+            node=NodeLabelWatcher(api, name, watch),
+            dra=NodeResourceSliceWatcher(api, name, watch),
+        )
         await agent.start()
         node = Node(name, agent, kubelet, api, patterns, gpus)
         self.nodes[name] = node
@@ -125,6 +133,23 @@ class Cluster:
         n = self.nodes[node]
         ids = [n.uuids[i] for i in gpus]
         n.kubelet.pods.append(pod_resources(namespace, name, {"main": [("nvidia.com/gpu", ids)]}))
+
+    def publish_dra_devices(self, node: str) -> None:
+        """The ResourceSlice NVIDIA's DRA driver publishes for ``node``: ``gpu-<index>`` for each of its GPUs,
+        named by its ``uuid`` attribute."""
+        devices = {
+            f"gpu-{i}": {"type": {"string": "gpu"}, "uuid": {"string": uuid}}
+            for i, uuid in enumerate(self.nodes[node].uuids)
+        }
+        self.apiserver.put_resource_slice(f"{node}-gpu.nvidia.com", node=node, driver="gpu.nvidia.com", devices=devices)
+
+    def add_dra_pod(
+        self, namespace: str, name: str, node: str, gpus: Sequence[int], labels: Mapping[str, str]
+    ) -> None:
+        """A pod on ``node`` whose ResourceClaim got GPUs (by index) of that node from NVIDIA's DRA driver."""
+        self.apiserver.add_pod(make_pod(namespace, name, node=node, labels=labels))
+        claim = dra_claim(namespace, f"{name}-gpu", "gpu.nvidia.com", node, [f"gpu-{i}" for i in gpus])
+        self.nodes[node].kubelet.pods.append(pod_resources(namespace, name, {}, {"main": [claim]}))
 
     def remove_pod(self, namespace: str, name: str) -> None:
         node = self.apiserver.pods[(namespace, name)]["spec"]["nodeName"]

@@ -141,3 +141,26 @@ async def test_gpu_shared_by_two_pods_counts_once(
     node.kubelet.pods.append(pod_resources("default", "llm-1", {"main": [("nvidia.com/gpu", [node.uuids[0]])]}))
     scaler = await cluster.scaler()
     await settled(keda(scaler.grpc_port), LLM, 2 * 50)
+
+
+async def test_gpus_allocated_through_dra_count_for_their_workload(
+    cluster: Cluster, keda: Callable[[int], KedaClient]
+) -> None:
+    """A GPU that a ResourceClaim got from NVIDIA's DRA driver: the kubelet names it gpu.nvidia.com/<pool>/gpu-N,
+    the node's ResourceSlice says which UUID that is, and the workload's value counts it."""
+    await cluster.node("node-a", "constant:40,constant:10", gpus=2)
+    await cluster.node("node-b", "constant:80,constant:95", gpus=2)
+    cluster.publish_dra_devices("node-a")
+    cluster.publish_dra_devices("node-b")
+    cluster.add_dra_pod("default", "llm-0", "node-a", [1], {"app": "llm"})
+    cluster.add_dra_pod("default", "llm-1", "node-b", [0], {"app": "llm"})
+    cluster.add_pod("default", "other-0", "node-a", [0], {"app": "other"})  # a device-plugin GPU beside them
+    scaler = await cluster.scaler()
+    client = keda(scaler.grpc_port)
+    await settled(client, LLM, 2 * 45)  # 2 pods x avg(10, 80)
+    assert await client.value({**LLM, "podSelector": "app=other"}) == 40
+
+    # node-b's slice is gone (its DRA driver uninstalled): nothing says which GPU llm-1 holds any more, so
+    # only llm-0's counts.
+    cluster.apiserver.delete_resource_slice("node-b-gpu.nvidia.com")
+    await settled(client, LLM, 10)  # llm-0 alone: 1 pod x 10

@@ -16,7 +16,13 @@ anything else                  a device whose UUID or PCI bus id equals it, igno
                                differently padded PCI domain (``0000:c1:00.0``, NVML's ``00000000:C1:00.0``)
 =============================  ==========================================================================
 
-Ids that match no device are returned in ``Attribution.unmatched`` for the caller to log (once).
+A DRA device (``Assignment.dra``) is named by driver, pool and device; the node's ResourceSlices say which GPU
+that is (``kube.resourceslices``: its ``uuid``, else its PCI bus id), and that id is matched as above. The
+attributed assignment carries it as its ``device_id``. A bus id that several devices share (the partitions
+of one AMD GPU) names none of them: better unattributed than given to the wrong pod.
+
+Ids that match no device are returned in ``Attribution.unmatched``, DRA devices that no ResourceSlice
+describes in ``Attribution.undescribed``, for the caller to log (once).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..model import Assignment, DeviceInfo
 
@@ -38,10 +44,12 @@ _PCI = re.compile(r"(?:([0-9a-f]{1,8}):)?([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])")
 @dataclass(frozen=True, slots=True)
 class Attribution:
     """``by_device``: device UUID → the assignments holding it, in input order (devices nobody holds: absent).
-    ``unmatched``: assignments whose device id names no known device."""
+    ``unmatched``: assignments whose device id names no known device. ``undescribed``: DRA devices that no
+    ResourceSlice of the node describes."""
 
     by_device: Mapping[str, tuple[Assignment, ...]] = field(default_factory=dict)
     unmatched: tuple[Assignment, ...] = ()
+    undescribed: tuple[Assignment, ...] = ()
 
 
 def normalize_pci_bus_id(value: str) -> str | None:
@@ -56,7 +64,7 @@ def normalize_pci_bus_id(value: str) -> str | None:
 class _Index:
     def __init__(self, devices: Sequence[DeviceInfo]) -> None:
         self.by_uuid: dict[str, str] = {}
-        self.by_pci: dict[str, str] = {}
+        self.by_pci: dict[str, str | None] = {}  # None: several devices have that bus id
         self.gpu_by_index: dict[int, str] = {}
         self.mig_by_index_gi: defaultdict[tuple[int, int], list[DeviceInfo]] = defaultdict(list)
         self.mig_by_parent_gi: defaultdict[tuple[str, int], list[DeviceInfo]] = defaultdict(list)
@@ -70,7 +78,7 @@ class _Index:
             self.gpu_by_index.setdefault(d.index, d.uuid)
             pci = normalize_pci_bus_id(d.pci_bus_id)
             if pci is not None:
-                self.by_pci.setdefault(pci, d.uuid)
+                self.by_pci[pci] = d.uuid if pci not in self.by_pci else None
 
     def resolve(self, device_id: str) -> tuple[str, ...]:
         base = device_id.strip().split("::", 1)[0]
@@ -93,19 +101,40 @@ class _Index:
         return ()
 
 
-def attribute(devices: Sequence[DeviceInfo], assignments: Iterable[Assignment]) -> Attribution:
+def attribute(
+    devices: Sequence[DeviceInfo],
+    assignments: Iterable[Assignment],
+    dra_devices: Mapping[str, Sequence[str]] | None = None,
+) -> Attribution:
     """Match every assignment to the devices its id names (usually one; a GKE GPU instance with several
-    compute instances names several)."""
+    compute instances names several). ``dra_devices``: what names the GPU of each DRA device of the node,
+    by ``DraDevice.key`` (``NodeResourceSliceWatcher.devices``)."""
     index = _Index(devices)
     by_device: defaultdict[str, list[Assignment]] = defaultdict(list)
     unmatched: list[Assignment] = []
+    undescribed: list[Assignment] = []
     for a in assignments:
-        targets = index.resolve(a.device_id)
+        if a.dra is not None:
+            identities = (dra_devices or {}).get(a.dra.key)
+            if identities is None:
+                undescribed.append(a)
+                continue
+            targets: tuple[str, ...] = ()
+            for identity in identities:
+                if targets := index.resolve(identity):
+                    a = replace(a, device_id=identity)
+                    break
+        else:
+            targets = index.resolve(a.device_id)
         if not targets:
             unmatched.append(a)
         for uuid in targets:
             by_device[uuid].append(a)
-    return Attribution(by_device={u: tuple(a) for u, a in by_device.items()}, unmatched=tuple(unmatched))
+    return Attribution(
+        by_device={u: tuple(a) for u, a in by_device.items()},
+        unmatched=tuple(unmatched),
+        undescribed=tuple(undescribed),
+    )
 
 
 def match_assignments(

@@ -8,7 +8,7 @@ import logging
 import os
 import time
 import uuid as uuidlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol
 
 import grpc
@@ -36,7 +36,7 @@ from .settings import AgentSettings
 from .state import NodeState
 from .watch import WatchService
 
-__all__ = ["Agent", "NodeLabelSource", "PodSource"]
+__all__ = ["Agent", "DraDeviceSource", "NodeLabelSource", "PodSource"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,15 @@ class NodeLabelSource(Protocol):
 
     @property
     def labels(self) -> Mapping[str, str]: ...
+
+    async def run(self) -> None: ...
+
+
+class DraDeviceSource(Protocol):
+    """What names the GPU of each DRA device of this node (the watcher of its ResourceSlices)."""
+
+    @property
+    def devices(self) -> Mapping[str, Sequence[str]]: ...
 
     async def run(self) -> None: ...
 
@@ -77,6 +86,7 @@ class Agent:
         *,
         pods: PodSource | None = None,
         node: NodeLabelSource | None = None,
+        dra: DraDeviceSource | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
@@ -89,6 +99,7 @@ class Agent:
         self._pods_seen = -1
         self.node = node
         self._node_seen = -1
+        self.dra = dra
         self._owners = OwnerResolver(settings.proc_root, pods)
         self._clock = clock
         self.registry.register(
@@ -109,6 +120,7 @@ class Agent:
         self._last_round_end = 0.0
         self._open_problem: str | None = None  # why the backend could not be opened yet
         self._unmatched_said: set[tuple[str, str]] = set()  # device ids that name no GPU, logged once
+        self._undescribed_said: set[str] = set()  # DRA devices no ResourceSlice describes, logged once
         self.extra_services: list[Callable[[grpc.aio.Server], None]] = []
 
     # -- lifecycle -------------------------------------------------------------------------------------
@@ -138,6 +150,8 @@ class Agent:
             self._tasks.append(asyncio.create_task(self._loop("pod watch", self.pods.run)))
         if self.node is not None:
             self._tasks.append(asyncio.create_task(self._loop("node watch", self.node.run)))
+        if self.dra is not None:
+            self._tasks.append(asyncio.create_task(self._loop("ResourceSlice watch", self.dra.run)))
 
     async def stop(self) -> None:
         """Stop everything; each step bounded (``gpuscale.lifecycle``), so a stop never hangs."""
@@ -297,7 +311,7 @@ class Agent:
             )
         assignments = await self._kubelet.list()
         self.metrics.attribution_refreshes.labels("ok").inc()
-        result = attribute(self.state.devices, assignments)
+        result = attribute(self.state.devices, assignments, self.dra.devices if self.dra else None)
         unmatched = {(a.resource_name, a.device_id) for a in result.unmatched}
         for resource, device_id in sorted(unmatched - self._unmatched_said):  # each id once, not every 5 s
             log.warning(
@@ -307,6 +321,17 @@ class Agent:
                 device_id,
             )
         self._unmatched_said = unmatched
+        undescribed = {a.dra.key: a.dra.claim for a in result.undescribed if a.dra is not None}
+        for key in sorted(undescribed.keys() - self._undescribed_said):
+            log.warning(
+                "the kubelet prepared DRA device %s (claim %s), which no ResourceSlice of node %s describes: "
+                "not attributed%s",
+                key,
+                undescribed[key],
+                self.settings.node_name,
+                "" if self.dra is not None else " (ResourceSlices are read only with the Kubernetes API)",
+            )
+        self._undescribed_said = set(undescribed)
         if self.state.set_assignments(self._clock(), dict(result.by_device)):
             log.info(
                 "GPU attribution changed: %d of %d GPUs held by pods",

@@ -13,7 +13,7 @@ from pathlib import Path
 import grpc.aio
 
 from .. import lifecycle
-from ..agent.service import Agent, NodeLabelSource, PodSource
+from ..agent.service import Agent, DraDeviceSource, NodeLabelSource, PodSource
 from ..agent.settings import AgentSettings
 from ..backends.base import Backend
 from ._options import (
@@ -82,7 +82,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--extra-resource-names",
         default=env("EXTRA_RESOURCE_NAMES", ""),
-        help="more device-plugin resource names to attribute, comma-separated (e.g. nvidia.com/gpu.shared)",
+        help="more device-plugin resource names or DRA driver names to attribute, comma-separated "
+        "(e.g. nvidia.com/gpu.shared)",
     )
     p.add_argument(
         "--serve-external-scaler",
@@ -116,22 +117,26 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
     )
 
 
-async def kube_sources(settings: AgentSettings) -> tuple[PodSource | None, NodeLabelSource | None]:
-    """The Kubernetes API watchers of this node's pods and of its Node, sharing one client, when running in a
-    cluster or given a kubeconfig; else none."""
+async def kube_sources(
+    settings: AgentSettings,
+) -> tuple[PodSource | None, NodeLabelSource | None, DraDeviceSource | None]:
+    """The Kubernetes API watchers of this node's pods, of its Node and of its ResourceSlices (DRA), sharing
+    one client, when running in a cluster or given a kubeconfig; else none."""
     if not settings.in_cluster and settings.kubeconfig is None:
-        log.info("not in a cluster and no --kubeconfig: pod labels and node labels are off")
-        return None, None
+        log.info("not in a cluster and no --kubeconfig: pod labels, node labels and DRA devices are off")
+        return None, None, None
     from ..kube.nodes import NodeLabelWatcher
     from ..kube.pods import NodePodWatcher, api_client_from
+    from ..kube.resourceslices import NodeResourceSliceWatcher
 
     api = await api_client_from(settings.kubeconfig, settings.in_cluster)
-    return NodePodWatcher(api, settings.node_name), NodeLabelWatcher(api, settings.node_name)
+    node = settings.node_name
+    return NodePodWatcher(api, node), NodeLabelWatcher(api, node), NodeResourceSliceWatcher(api, node)
 
 
 async def serve(settings: AgentSettings, backend: Backend) -> None:
-    pods, node = await kube_sources(settings)
-    agent = Agent(settings, backend, pods=pods, node=node)
+    pods, node, dra = await kube_sources(settings)
+    agent = Agent(settings, backend, pods=pods, node=node, dra=dra)
     if settings.serve_external_scaler:
         from ..scaler.local import add_node_scope
 

@@ -8,6 +8,9 @@ the real server's wire format. The demo cluster runs on it; the tests use it as 
   ADDED/MODIFIED/DELETED/BOOKMARK events.
   A watch from a resourceVersion older than the retained history gets a ``410 Gone``: as an ERROR event after
   ``200 OK`` (what the real server does) or, with ``gone_as_status``, as the HTTP status.
+* ``GET /apis/resource.k8s.io/{version}/resourceslices``: the same, for DRA ResourceSlices, stored in the
+  ``v1`` form and served in each version of ``dra_versions`` (``v1beta1`` puts a device's attributes under
+  ``basic``); ``GET /apis/resource.k8s.io`` is the group's discovery (404 when ``dra_versions`` is empty).
 * ``GET /api/v1/nodes/{name}``; ``GET /apis/{group}/{version}/namespaces/{ns}/{plural}/{name}`` and
   ``.../{name}/scale`` for stored objects
   (ScaledObjects, Deployments, StatefulSets, custom resources); the Scale's ``status.selector`` is built from
@@ -16,8 +19,8 @@ the real server's wire format. The demo cluster runs on it; the tests use it as 
 * Discovery: ``GET /api/v1`` and ``GET /apis/{group}/{version}``.
 * ``Authorization: Bearer <token>`` is checked; errors are ``Status`` objects.
 
-Mutations (``add_pod``, ``modify_pod``, ``delete_pod``; ``put_node``, ``modify_node``, ``delete_node``) bump
-the resourceVersion and reach open watches;
+Mutations (``add_pod``, ``modify_pod``, ``delete_pod``; ``put_node``, ``modify_node``, ``delete_node``;
+``put_resource_slice``, ``delete_resource_slice``) bump the resourceVersion and reach open watches;
 ``compact()`` forgets history so older resourceVersions are gone; ``bookmark()`` sends a BOOKMARK.
 """
 
@@ -211,7 +214,21 @@ def write_kubeconfig(
     return path
 
 
-_KINDS = {"pods": "Pod", "nodes": "Node"}  # the collections that list and watch
+_KINDS = {"pods": "Pod", "nodes": "Node", "resourceslices": "ResourceSlice"}  # lists and watches
+_DRA_GROUP = "resource.k8s.io"
+
+
+def _dra_version_of(obj: Obj, version: str) -> Obj:
+    """A ResourceSlice stored in the ``v1`` form, as ``resource.k8s.io/<version>`` serves it."""
+    out = copy.deepcopy(obj)
+    out["apiVersion"] = f"{_DRA_GROUP}/{version}"
+    if version == "v1beta1":
+        spec = out.get("spec") or {}
+        spec["devices"] = [
+            {"name": d["name"], "basic": {k: v for k, v in d.items() if k != "name"}}
+            for d in spec.get("devices") or []
+        ]
+    return out
 
 
 class _Watch:
@@ -228,8 +245,10 @@ class LocalApiServer:
         self.resource_version = 1000
         self.pods: dict[tuple[str, str], Obj] = {}
         self.nodes: dict[str, Obj] = {}
+        self.resource_slices: dict[str, Obj] = {}
         self.objects: dict[tuple[str, str, str, str], Obj] = {}  # (groupVersion, plural, namespace, name)
         self.resources: dict[str, list[Obj]] = copy.deepcopy(_BUILTIN_RESOURCES)
+        self.serve_dra_versions("v1")
         self.history: list[tuple[int, str, Obj]] = []  # (resourceVersion, plural, event): pods and nodes
         self.oldest_resource_version = self.resource_version
         self.gone_as_status = False
@@ -246,7 +265,9 @@ class LocalApiServer:
         """Serve on a free loopback port, over TLS with ``ssl_context``; return the URL."""
         app = web.Application(middlewares=[self._middleware])
         app.router.add_get("/api/v1", self._discovery_core)
+        app.router.add_get("/apis/{group}", self._discovery_api_group)
         app.router.add_get("/apis/{group}/{version}", self._discovery_group)
+        app.router.add_get(f"/apis/{_DRA_GROUP}/{{version}}/resourceslices", self._resource_slices)
         app.router.add_get("/api/v1/pods", self._pods)
         app.router.add_get("/api/v1/namespaces/{namespace}/pods", self._pods)
         app.router.add_get("/api/v1/nodes", self._nodes)
@@ -346,6 +367,54 @@ class LocalApiServer:
         node["metadata"]["resourceVersion"] = self._bump()
         self._emit("DELETED", node, "nodes")
 
+    # ----- DRA ResourceSlices
+    def serve_dra_versions(self, *versions: str) -> None:
+        """Serve ``resource.k8s.io`` in these versions, preferred first (none: the group is not served)."""
+        for gv in [gv for gv in self.resources if gv.startswith(f"{_DRA_GROUP}/")]:
+            del self.resources[gv]
+        for version in versions:
+            self.resources[f"{_DRA_GROUP}/{version}"] = [
+                {
+                    "name": "resourceslices",
+                    "singularName": "resourceslice",
+                    "namespaced": False,
+                    "kind": "ResourceSlice",
+                    "verbs": ["get", "list", "watch"],
+                }
+            ]
+
+    def put_resource_slice(
+        self,
+        name: str,
+        *,
+        node: str,
+        driver: str,
+        devices: Mapping[str, Mapping[str, Obj]],
+        pool: str | None = None,
+    ) -> Obj:
+        """Add or replace the ResourceSlice ``name`` of ``node``: ``devices`` maps each device name to its
+        attributes (``{"uuid": {"string": "GPU-…"}}``); the pool is named after the node unless given."""
+        slice_: Obj = {
+            "kind": "ResourceSlice",
+            "apiVersion": f"{_DRA_GROUP}/v1",
+            "metadata": {"name": name, "uid": str(uuidlib.uuid4()), "resourceVersion": self._bump()},
+            "spec": {
+                "driver": driver,
+                "nodeName": node,
+                "pool": {"name": pool or node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": d, "attributes": dict(a)} for d, a in devices.items()],
+            },
+        }
+        kind = "MODIFIED" if name in self.resource_slices else "ADDED"
+        self.resource_slices[name] = slice_
+        self._emit(kind, slice_, "resourceslices")
+        return slice_
+
+    def delete_resource_slice(self, name: str) -> None:
+        slice_ = self.resource_slices.pop(name)
+        slice_["metadata"]["resourceVersion"] = self._bump()
+        self._emit("DELETED", slice_, "resourceslices")
+
     def compact(self) -> None:
         """Forget the event history (etcd compaction): watches from any older resourceVersion get 410."""
         self.history.clear()
@@ -356,7 +425,7 @@ class LocalApiServer:
             if w.bookmarks:
                 obj = {
                     "kind": _KINDS[w.plural],
-                    "apiVersion": "v1",
+                    "apiVersion": self._api_version(w.request, w.plural),
                     "metadata": {"resourceVersion": str(self.resource_version)},
                 }
                 w.queue.put_nowait({"type": "BOOKMARK", "object": obj})
@@ -448,6 +517,22 @@ class LocalApiServer:
             {"kind": "APIResourceList", "groupVersion": "v1", "resources": self.resources["v1"]}
         )
 
+    async def _discovery_api_group(self, request: web.Request) -> web.Response:
+        group = request.match_info["group"]
+        versions = [gv.split("/", 1)[1] for gv in self.resources if gv.startswith(f"{group}/")]
+        if not versions:
+            return self.status(404, "NotFound", "the server could not find the requested resource")
+        entries = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+        return web.json_response(
+            {
+                "kind": "APIGroup",
+                "apiVersion": "v1",
+                "name": group,
+                "versions": entries,
+                "preferredVersion": entries[0],
+            }
+        )
+
     async def _discovery_group(self, request: web.Request) -> web.Response:
         gv = f"{request.match_info['group']}/{request.match_info['version']}"
         if gv not in self.resources:
@@ -471,7 +556,25 @@ class LocalApiServer:
         return match_labels(request.query.get("labelSelector", ""), obj["metadata"].get("labels") or {})
 
     def _collection(self, plural: str) -> Mapping[Any, Obj]:
-        return self.pods if plural == "pods" else self.nodes
+        collections: dict[str, Mapping[Any, Obj]] = {
+            "pods": self.pods,
+            "nodes": self.nodes,
+            "resourceslices": self.resource_slices,
+        }
+        return collections[plural]
+
+    @staticmethod
+    def _api_version(request: web.Request, plural: str) -> str:
+        return f"{_DRA_GROUP}/{request.match_info['version']}" if plural == "resourceslices" else "v1"
+
+    def _render(self, request: web.Request, plural: str, obj: Obj) -> Obj:
+        """``obj`` in the version ``request`` asked for."""
+        return _dra_version_of(obj, request.match_info["version"]) if plural == "resourceslices" else obj
+
+    async def _resource_slices(self, request: web.Request) -> web.StreamResponse:
+        if f"{_DRA_GROUP}/{request.match_info['version']}" not in self.resources:
+            return self.status(404, "NotFound", "the server could not find the requested resource")
+        return await self._list(request, "resourceslices")
 
     async def _pods(self, request: web.Request) -> web.StreamResponse:
         return await self._list(request, "pods")
@@ -510,9 +613,14 @@ class LocalApiServer:
         if end < len(pods):
             metadata["continue"] = f"{list_rv}:{end}"
             metadata["remainingItemCount"] = len(pods) - end
-        items = [p for _, p in pods[start:end]]
+        items = [self._render(request, plural, p) for _, p in pods[start:end]]
         return web.json_response(
-            {"kind": f"{_KINDS[plural]}List", "apiVersion": "v1", "metadata": metadata, "items": items}
+            {
+                "kind": f"{_KINDS[plural]}List",
+                "apiVersion": self._api_version(request, plural),
+                "metadata": metadata,
+                "items": items,
+            }
         )
 
     async def _watch(self, request: web.Request, plural: str) -> web.StreamResponse:
@@ -554,8 +662,11 @@ class LocalApiServer:
             await response.prepare(request)
             async with asyncio.timeout(timeout):
                 while (item := await watch.queue.get()) is not None:
-                    if item["type"] in ("ERROR", "BOOKMARK") or self._selected(request, item["object"]):
+                    if item["type"] in ("ERROR", "BOOKMARK"):
                         await response.write(json.dumps(item).encode() + b"\n")
+                    elif self._selected(request, item["object"]):
+                        event = {**item, "object": self._render(request, plural, item["object"])}
+                        await response.write(json.dumps(event).encode() + b"\n")
         except TimeoutError:
             pass
         except ConnectionResetError:  # the client went away

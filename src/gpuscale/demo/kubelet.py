@@ -19,13 +19,18 @@ import grpc.aio
 
 from gpuscale._proto import podresources_pb2, podresources_pb2_grpc
 
-__all__ = ["LocalKubelet", "pod_resources"]
+__all__ = ["LocalKubelet", "dra_claim", "pod_resources"]
 
 
 def pod_resources(
-    namespace: str, name: str, containers: Mapping[str, Sequence[tuple[str, Sequence[str]]]]
+    namespace: str,
+    name: str,
+    containers: Mapping[str, Sequence[tuple[str, Sequence[str]]]],
+    claims: Mapping[str, Sequence[podresources_pb2.DynamicResource]] | None = None,
 ) -> podresources_pb2.PodResources:
-    """A ``PodResources`` message: ``containers`` maps a container name to ``(resource_name, device_ids)``."""
+    """A ``PodResources`` message: ``containers`` maps a container name to ``(resource_name, device_ids)``;
+    ``claims`` a container name to its DRA claims (``dra_claim``)."""
+    claims = claims or {}
     return podresources_pb2.PodResources(
         namespace=namespace,
         name=name,
@@ -34,10 +39,31 @@ def pod_resources(
                 name=cname,
                 devices=[
                     podresources_pb2.ContainerDevices(resource_name=rname, device_ids=list(ids))
-                    for rname, ids in devices
+                    for rname, ids in containers.get(cname, ())
                 ],
+                dynamic_resources=list(claims.get(cname, ())),
             )
-            for cname, devices in containers.items()
+            for cname in dict.fromkeys([*containers, *claims])
+        ],
+    )
+
+
+def dra_claim(
+    namespace: str, claim: str, driver: str, pool: str, devices: Sequence[str]
+) -> podresources_pb2.DynamicResource:
+    """A DRA claim as the kubelet reports it: the devices of ``driver`` in ``pool`` allocated to it, each
+    with the CDI device name NVIDIA's driver would give it."""
+    return podresources_pb2.DynamicResource(
+        claim_name=claim,
+        claim_namespace=namespace,
+        claim_resources=[
+            podresources_pb2.ClaimResource(
+                cdi_devices=[podresources_pb2.CDIDevice(name=f"k8s.{driver}/claim={claim}-{device}")],
+                driver_name=driver,
+                pool_name=pool,
+                device_name=device,
+            )
+            for device in devices
         ],
     )
 

@@ -22,7 +22,7 @@ import grpc.aio
 
 from gpuscale._proto import podresources_pb2, podresources_pb2_grpc
 
-from ..model import Assignment, ContainerRef
+from ..model import Assignment, ContainerRef, DraDevice
 from .errors import KubeletError, KubeletUnavailable
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "DEFAULT_SOCKET_PATH",
     "PodResourcesClient",
     "assignments_from_response",
+    "is_gpu_driver",
     "is_gpu_resource",
 ]
 
@@ -45,6 +46,8 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _NVIDIA_GPU = "nvidia.com/gpu"
 _NVIDIA_MIG_PREFIX = "nvidia.com/mig-"
 _AMD_PREFIX = "amd.com/"
+_NVIDIA_DRA = "gpu.nvidia.com"
+_AMD_DRA = "gpu.amd.com"
 
 # Errors that mean "nobody is listening (right now)"; everything else is the kubelet answering with an error.
 _UNAVAILABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
@@ -60,10 +63,19 @@ def is_gpu_resource(resource_name: str, extra_resource_names: Collection[str] = 
     )
 
 
+def is_gpu_driver(driver_name: str, extra_names: Collection[str] = ()) -> bool:
+    """Whether a DRA driver hands out GPUs: NVIDIA's ``gpu.nvidia.com`` (not its ``compute-domain``
+    driver), AMD's ``gpu.amd.com`` (the prefix AMD's exporter accepts), or one of ``extra_names``."""
+    return driver_name == _NVIDIA_DRA or driver_name.startswith(_AMD_DRA) or driver_name in extra_names
+
+
 def assignments_from_response(
     response: podresources_pb2.ListPodResourcesResponse, extra_resource_names: Collection[str] = ()
 ) -> tuple[Assignment, ...]:
-    """Every GPU device id of every container in a ``List`` answer, in the kubelet's order."""
+    """Every GPU of every container in a ``List`` answer, in the kubelet's order: each device-plugin device
+    id, then each device of a GPU DRA driver (``dynamic_resources``; the kubelet fills them where its
+    ``KubeletPodResourcesDynamicResources`` feature gate is on). ``extra_resource_names`` may name both
+    device-plugin resources and DRA drivers."""
     out: list[Assignment] = []
     for pod in response.pod_resources:
         for container in pod.containers:
@@ -75,6 +87,20 @@ def assignments_from_response(
                     Assignment(container=ref, resource_name=devices.resource_name, device_id=device_id)
                     for device_id in devices.device_ids
                 )
+            for claim in container.dynamic_resources:
+                claim_name = f"{claim.claim_namespace}/{claim.claim_name}"
+                for r in claim.claim_resources:
+                    if not r.device_name or not is_gpu_driver(r.driver_name, extra_resource_names):
+                        continue
+                    dra = DraDevice(r.driver_name, r.pool_name, r.device_name, claim_name)
+                    out.append(
+                        Assignment(
+                            container=ref,
+                            resource_name=r.driver_name,
+                            device_id=f"{r.pool_name}/{r.device_name}",
+                            dra=dra,
+                        )
+                    )
     return tuple(out)
 
 
