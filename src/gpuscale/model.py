@@ -113,6 +113,7 @@ class GpuSample:
     tensor_active: float | None = None
     dram_active: float | None = None
     # For the agent's /metrics only (dcgm-exporter's other default series; not streamed to the scaler):
+    memory_temperature_celsius: float | None = None  # HBM
     mem_clock_mhz: float | None = None
     energy_mj: int | None = None  # since the driver loaded, a counter
     memory_reserved_bytes: int | None = None  # by the driver and firmware: total = free + used + reserved
@@ -122,6 +123,8 @@ class GpuSample:
     remapped_rows_correctable: int | None = None
     remapped_rows_uncorrectable: int | None = None
     row_remap_failed: bool | None = None
+    pcie_tx_bytes_per_s: float | None = None  # over the last sampling interval (GPM)
+    pcie_rx_bytes_per_s: float | None = None
     # AMD's exporter names its sensors apart (temperature_celsius is the junction's, else the edge's)
     junction_temperature_celsius: float | None = None
     edge_temperature_celsius: float | None = None

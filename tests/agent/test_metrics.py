@@ -51,7 +51,8 @@ DCGM = ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_FB_USE
         "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK",
         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_ENC_UTIL",
         "DCGM_FI_DEV_DEC_UTIL", "DCGM_FI_DEV_FB_RESERVED", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_XID_ERRORS"]
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_XID_ERRORS",
+        "DCGM_FI_DEV_MEMORY_TEMP"]
 
 
 async def test_series_for_every_gpu_within_two_intervals(start_agent: AgentFactory) -> None:
@@ -83,6 +84,9 @@ async def test_series_for_every_gpu_within_two_intervals(start_agent: AgentFacto
     sm = {lab["gpu"]: v for lab, v in series(text, "DCGM_FI_PROF_SM_ACTIVE")}
     assert sm == {"0": pytest.approx(0.08), "1": pytest.approx(0.16), "2": pytest.approx(0.24), "3": pytest.approx(0.32)}
     assert {lab["gpu"]: v for lab, v in series(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")}["3"] == pytest.approx(0.4)
+    # PCIe rates in bytes/s, from the same GPM interval: the mock's GPU 3 at 40 % receives 2.4 GB/s
+    rx = {lab["gpu"]: v for lab, v in series(text, "DCGM_FI_PROF_PCIE_RX_BYTES")}
+    assert rx["3"] == pytest.approx(2.4e9) and len(series(text, "DCGM_FI_PROF_PCIE_TX_BYTES")) == 4
 
 
 async def test_gpus_without_gpm_have_no_profiling_series(start_agent: AgentFactory) -> None:
@@ -97,6 +101,7 @@ async def test_gpus_without_gpm_have_no_profiling_series(start_agent: AgentFacto
 
     text = await eventually(ready)
     assert not series(text, "DCGM_FI_PROF_SM_ACTIVE")  # absent, never a made-up 0
+    assert not series(text, "DCGM_FI_PROF_PCIE_RX_BYTES")
     assert len(series(text, "DCGM_FI_DEV_GPU_UTIL")) == 2
 
 

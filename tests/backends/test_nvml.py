@@ -126,6 +126,7 @@ def test_auto_prefers_nvml(gpus: list[FakeGpu]) -> None:
 
 # -- GPM: activity counters on Hopper and newer --------------------------------------------------------------
 SM, GR, OCC, TENSOR, DRAM = 2, 1, 3, 5, 10
+PCIE_TX, PCIE_RX = 20, 21  # MiB/s
 
 
 def test_gpm_activity_is_over_the_interval_since_the_previous_read(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -153,6 +154,11 @@ def test_gpm_activity_is_over_the_interval_since_the_previous_read(monkeypatch: 
     plain = b.sample(d_a100)
     assert plain.sm_active is None and plain.gpu_utilization == 37.0
     assert module.state["calls"].count("nvmlGpmMetricsGet") == 2
+    assert third.pcie_tx_bytes_per_s is None  # not in this interval's GPM values
+    h200.gpm = {PCIE_TX: 1500.0, PCIE_RX: 6000.5}
+    rates = b.sample(d_h200)
+    assert (rates.pcie_tx_bytes_per_s, rates.pcie_rx_bytes_per_s) == (1500.0 * 2**20, 6000.5 * 2**20)
+    assert rates.sm_active is None and plain.pcie_rx_bytes_per_s is None
     b.close()
     assert module.state["gpm_allocated"] == set()  # both samples of the H200 freed
     assert module.state["gpm_freed"] == 2
@@ -181,7 +187,7 @@ def test_mig_instances_get_gpm_through_their_parent(monkeypatch: pytest.MonkeyPa
         gpm={SM: 99.0},  # the GPU supports GPM; in MIG mode it is read per GPU instance
         unsupported={"nvmlDeviceGetUtilizationRates", "nvmlDeviceGetProcessUtilization"},
         mig_devices=[
-            mig_instance("MIG-1111", gi=1, slices=3, memory_gb=71, gpm={SM: 80.0, GR: 85.0}),
+            mig_instance("MIG-1111", gi=1, slices=3, memory_gb=71, gpm={SM: 80.0, GR: 85.0, PCIE_TX: 9.0}),
             mig_instance("MIG-2222", gi=2, slices=4, memory_gb=71, gpm={SM: 5.0, GR: 6.0}),
         ],
     )
@@ -195,6 +201,7 @@ def test_mig_instances_get_gpm_through_their_parent(monkeypatch: pytest.MonkeyPa
         b.sample(d)
     s1, s2, whole = b.sample(m1), b.sample(m2), b.sample(gpu)
     assert (s1.gpu_utilization, s1.sm_active, s1.gr_engine_active) == (None, 80.0, 85.0)
+    assert s1.pcie_tx_bytes_per_s is None  # PCIe belongs to the whole GPU: not asked of an instance
     assert (s2.sm_active, s2.gr_engine_active) == (5.0, 6.0)
     assert whole.sm_active is None and whole.gpu_utilization is None  # per instance only, as NVML has it
     assert whole.temperature_celsius == 41.0 and s1.temperature_celsius is None
@@ -216,13 +223,14 @@ def test_the_fake_gpm_structures_are_the_bindings(monkeypatch: pytest.MonkeyPatc
     real = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "pynvml_real", real)  # the binding looks itself up there at import
     spec.loader.exec_module(real)
-    for name in ("c_nvmlGpmMetricsGet_t", "c_nvmlGpmMetric_t", "c_metricInfo_t"):
+    for name in ("c_nvmlGpmMetricsGet_t", "c_nvmlGpmMetric_t", "c_metricInfo_t", "c_nvmlFieldValue_t", "c_nvmlValue_t"):
         ours, theirs = getattr(pynvml_fake, name), getattr(real, name)
         assert [f[0] for f in ours._fields_] == [f[0] for f in theirs._fields_], name
         assert ctypes.sizeof(ours) == ctypes.sizeof(theirs), name
     for name in ("NVML_GPM_METRICS_GET_VERSION", "NVML_GPM_METRIC_MAX", "NVML_GPM_METRIC_GRAPHICS_UTIL",
                  "NVML_GPM_METRIC_SM_UTIL", "NVML_GPM_METRIC_SM_OCCUPANCY", "NVML_GPM_METRIC_ANY_TENSOR_UTIL",
-                 "NVML_GPM_METRIC_DRAM_BW_UTIL"):
+                 "NVML_GPM_METRIC_DRAM_BW_UTIL", "NVML_GPM_METRIC_PCIE_TX_PER_SEC", "NVML_GPM_METRIC_PCIE_RX_PER_SEC",
+                 "NVML_FI_DEV_MEMORY_TEMP", "NVML_VALUE_TYPE_UNSIGNED_INT"):
         assert getattr(pynvml_fake, name) == getattr(real, name), name
     assert ctypes.sizeof(pynvml_fake.c_nvmlGpmSample_t) == ctypes.sizeof(real.c_nvmlGpmSample_t)
 
@@ -263,13 +271,15 @@ def test_memory_used_leaves_out_what_the_driver_reserves(monkeypatch: pytest.Mon
 
 
 def test_the_other_dcgm_exporter_fields_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Memory clock, energy, codecs, PCIe retries, remapped rows, reserved memory and the driver version:
-    dcgm-exporter's default series beyond what scaling uses, for the dashboards and alerts built on them."""
+    """Memory temperature and clock, energy, codecs, PCIe retries, remapped rows, reserved memory and the
+    driver version: dcgm-exporter's default series beyond what scaling uses, for the dashboards and alerts
+    built on them."""
     gpu = FakeGpu("GPU-aaaa", remapped_rows=(2, 1, 0, 1))
     old = FakeGpu(
         "GPU-bbbb",
         bus_id="00000000:2A:00.0",
         unsupported={"nvmlDeviceGetRemappedRows", "nvmlDeviceGetTotalEnergyConsumption"},  # pre-Ampere
+        memory_temp=None,  # GDDR: no memory sensor
     )
     monkeypatch.setitem(sys.modules, "pynvml", make_module([gpu, old]))
     b = opened()
@@ -280,8 +290,10 @@ def test_the_other_dcgm_exporter_fields_are_read(monkeypatch: pytest.MonkeyPatch
     assert (s.encoder_utilization, s.decoder_utilization, s.pcie_replays) == (5.0, 7.0, 3)
     assert (s.remapped_rows_correctable, s.remapped_rows_uncorrectable, s.row_remap_failed) == (2, 1, True)
     assert s.memory_reserved_bytes == gpu.reserved
+    assert s.memory_temperature_celsius == 48.0
     s_old = b.sample(d_old)
     assert (s_old.energy_mj, s_old.remapped_rows_correctable, s_old.row_remap_failed) == (None, None, None)
+    assert s_old.memory_temperature_celsius is None
     assert s_old.pcie_replays == 3
 
 

@@ -40,6 +40,10 @@ NVML_GPM_METRIC_SM_UTIL = 2
 NVML_GPM_METRIC_SM_OCCUPANCY = 3
 NVML_GPM_METRIC_ANY_TENSOR_UTIL = 5
 NVML_GPM_METRIC_DRAM_BW_UTIL = 10
+NVML_GPM_METRIC_PCIE_TX_PER_SEC = 20
+NVML_GPM_METRIC_PCIE_RX_PER_SEC = 21
+NVML_FI_DEV_MEMORY_TEMP = 82
+NVML_VALUE_TYPE_UNSIGNED_INT = 1
 NVML_GPM_METRIC_MAX = 477
 nvmlMemory_v2 = 0x02000028
 
@@ -71,6 +75,30 @@ class c_nvmlGpmMetricsGet_t(ctypes.Structure):
         ("sample1", c_nvmlGpmSample_t),
         ("sample2", c_nvmlGpmSample_t),
         ("metrics", c_nvmlGpmMetric_t * NVML_GPM_METRIC_MAX),
+    ]
+
+
+class c_nvmlValue_t(ctypes.Union):
+    _fields_ = [
+        ("dVal", ctypes.c_double),
+        ("uiVal", ctypes.c_uint),
+        ("ulVal", ctypes.c_ulong),
+        ("ullVal", ctypes.c_ulonglong),
+        ("sllVal", ctypes.c_longlong),
+        ("siVal", ctypes.c_int),
+        ("usVal", ctypes.c_ushort),
+    ]
+
+
+class c_nvmlFieldValue_t(ctypes.Structure):
+    _fields_ = [
+        ("fieldId", ctypes.c_uint32),
+        ("scopeId", ctypes.c_uint32),
+        ("timestamp", ctypes.c_int64),
+        ("latencyUsec", ctypes.c_int64),
+        ("valueType", ctypes.c_uint32),
+        ("nvmlReturn", ctypes.c_uint32),
+        ("value", c_nvmlValue_t),
     ]
 
 
@@ -111,6 +139,7 @@ class FakeGpu:
     encoder: int = 5
     decoder: int = 7
     pcie_replays: int = 3
+    memory_temp: int | None = 48  # HBM °C (NVML_FI_DEV_MEMORY_TEMP); None: the part has no such sensor
     remapped_rows: tuple[int, int, int, int] = (2, 1, 0, 0)  # correctable, uncorrectable, pending, failure
     mig: tuple[int, int] | None = (0, 0)  # None: not supported
     processes: list[tuple[int, int | None]] = field(default_factory=list)  # (pid, used bytes)
@@ -140,6 +169,7 @@ def mig_instance(
         name=f"{parent_name} MIG {profile or f'{slices}g.{round(memory_gb)}gb'}",
         total=int(memory_gb * 1024**3),
         used=1024**3,
+        memory_temp=None,
         gpu_instance_id=gi,
         slices=slices,
         gpm=gpm,
@@ -218,6 +248,19 @@ def make_module(gpus: list[FakeGpu], *, init_error: int | None = None) -> types.
     fn("nvmlDeviceGetDecoderUtilization", lambda g: [g.decoder, 167_000])
     fn("nvmlDeviceGetPcieReplayCounter", lambda g: g.pcie_replays)
     fn("nvmlDeviceGetRemappedRows", lambda g: g.remapped_rows)
+
+    def field_values(g: FakeGpu, field_ids: list[int]) -> Any:
+        # as the binding: one c_nvmlFieldValue_t per id, each with its own return code
+        values = (c_nvmlFieldValue_t * len(field_ids))()
+        for v, fid in zip(values, field_ids, strict=True):
+            v.fieldId = fid
+            if fid == NVML_FI_DEV_MEMORY_TEMP and g.memory_temp is not None:
+                v.valueType, v.value.uiVal = NVML_VALUE_TYPE_UNSIGNED_INT, g.memory_temp
+            else:
+                v.nvmlReturn = NVML_ERROR_NOT_SUPPORTED
+        return values
+
+    fn("nvmlDeviceGetFieldValues", field_values)
     m.nvmlSystemGetDriverVersion = lambda: "550.54.15"  # type: ignore[attr-defined]
     fn(
         "nvmlDeviceGetComputeRunningProcesses",

@@ -42,6 +42,7 @@ def _ratio(v: float | None) -> float | None:
 NVIDIA_SERIES: tuple[tuple[str, str, Getter], ...] = (
     ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", lambda s: s.sm_clock_mhz),
     ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", lambda s: s.temperature_celsius),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "Memory temperature (in C).", lambda s: s.memory_temperature_celsius),
     ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", lambda s: s.power_watts),
     ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", lambda s: s.gpu_utilization),
     ("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", lambda s: s.memory_utilization),
@@ -104,6 +105,18 @@ NVIDIA_SERIES: tuple[tuple[str, str, Getter], ...] = (
         "DCGM_FI_PROF_DRAM_ACTIVE",
         "Ratio of cycles the device memory interface is active sending or receiving data.",
         lambda s: _ratio(s.dram_active),
+    ),
+    (
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads "
+        "- in bytes per second.",
+        lambda s: s.pcie_tx_bytes_per_s,
+    ),
+    (
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        "The rate of data received over the PCIe bus - including both protocol headers and data payloads - "
+        "in bytes per second.",
+        lambda s: s.pcie_rx_bytes_per_s,
     ),
 )
 

@@ -48,13 +48,14 @@ class MockModel:
     idle_sm_clock_mhz: float
     vendor: Vendor = Vendor.NVIDIA
     gpm: bool = False  # NVML's GPM activity counters: Hopper and newer
+    hbm: bool = False  # NVML reads an HBM temperature (GDDR parts have none)
 
 
 MOCK_MODELS: Mapping[str, MockModel] = {
-    "a100": MockModel("NVIDIA A100-SXM4-80GB", 81920, 400.0, 60.0, 1410.0, 210.0),
+    "a100": MockModel("NVIDIA A100-SXM4-80GB", 81920, 400.0, 60.0, 1410.0, 210.0, hbm=True),
     "a10g": MockModel("NVIDIA A10G", 23028, 300.0, 25.0, 1710.0, 210.0),
-    "h100": MockModel("NVIDIA H100 80GB HBM3", 81559, 700.0, 70.0, 1980.0, 345.0, gpm=True),
-    "h200": MockModel("NVIDIA H200", 143771, 700.0, 75.0, 1980.0, 345.0, gpm=True),
+    "h100": MockModel("NVIDIA H100 80GB HBM3", 81559, 700.0, 70.0, 1980.0, 345.0, gpm=True, hbm=True),
+    "h200": MockModel("NVIDIA H200", 143771, 700.0, 75.0, 1980.0, 345.0, gpm=True, hbm=True),
     "l4": MockModel("NVIDIA L4", 23034, 72.0, 16.0, 2040.0, 210.0),
     "mi300x": MockModel("AMD Instinct MI300X", 196592, 750.0, 140.0, 2100.0, 132.0, Vendor.AMD),
 }
@@ -269,7 +270,8 @@ class MockBackend:
         # utilization ("On MIG-enabled GPUs, querying process utilization is not currently supported").
         # GPM counts per GPU, and per MIG instance (not on a GPU in MIG mode as a whole): a busy inference
         # server keeps its SMs less busy than its engine, its tensor pipes less still.
-        activity = _activity(util) if model.gpm and (device.is_mig or not mig_mode) else {}
+        gpm = model.gpm and (device.is_mig or not mig_mode)
+        activity = _activity(util, whole_gpu=not device.is_mig) if gpm else {}
         if device.is_mig:
             return GpuSample(
                 uuid=device.uuid,
@@ -286,6 +288,7 @@ class MockBackend:
             energy += 1000.0 * power * max(0.0, now - since)
             self._energy[device.uuid] = (energy, now)
             health = {
+                "memory_temperature_celsius": round(36.0 + 40.0 * util / 100.0, 1) if model.hbm else None,
                 "mem_clock_mhz": 2619.0,
                 "energy_mj": int(energy),
                 "memory_reserved_bytes": 512 * 1024**2,
@@ -323,14 +326,19 @@ class MockBackend:
         )
 
 
-def _activity(util: float) -> dict[str, Any]:
-    return {
+def _activity(util: float, *, whole_gpu: bool) -> dict[str, Any]:
+    """GPM's counters at ``util`` % busy; a whole GPU also moves data over PCIe (an inference server: requests
+    in, results out), in bytes/s."""
+    out: dict[str, Any] = {
         "gr_engine_active": util,
         "sm_active": round(0.8 * util, 3),
         "sm_occupancy": round(0.45 * util, 3),
         "tensor_active": round(0.55 * util, 3),
         "dram_active": round(0.35 * util, 3),
     }
+    if whole_gpu:
+        out.update(pcie_rx_bytes_per_s=round(6e9 * util / 100), pcie_tx_bytes_per_s=round(1.5e9 * util / 100))
+    return out
 
 
 def _parse_mig_profile(profile: str) -> tuple[int, int]:

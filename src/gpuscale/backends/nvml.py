@@ -8,6 +8,8 @@ converted here, in ``_device_error``; a field the part does not support is ``Non
 Every read takes one, and ``nvmlGpmMetricsGet`` gives the engine, SM, occupancy, tensor and DRAM activity over
 the interval since the previous read: the sampling interval itself, with no extra wait. The first read of a
 device has no interval yet (``None``). A GPM failure leaves those fields ``None`` and never fails the read.
+The same request gives a whole GPU's PCIe transmit and receive rates (dcgm-exporter's
+``DCGM_FI_PROF_PCIE_{TX,RX}_BYTES``, for /metrics).
 """
 
 from __future__ import annotations
@@ -64,6 +66,15 @@ _GPM_METRICS = (
     ("tensor_active", 5),  # ANY_TENSOR_UTIL
     ("dram_active", 10),  # DRAM_BW_UTIL: % of the theoretical DRAM bandwidth
 )
+# GPM rates in MiB/s, of a whole GPU only (PCIe is the physical GPU's), as bytes/s
+_GPM_RATES = (
+    ("pcie_tx_bytes_per_s", 20),  # PCIE_TX_PER_SEC
+    ("pcie_rx_bytes_per_s", 21),  # PCIE_RX_PER_SEC
+)
+_MIB = 1 << 20
+_FI_DEV_MEMORY_TEMP = 82  # NVML_FI_DEV_MEMORY_TEMP: the HBM's temperature, °C (dcgm-exporter's MEMORY_TEMP)
+# nvmlValue_t's member for each NVML_VALUE_TYPE_*
+_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 
 
 class _XidWatch:
@@ -318,8 +329,9 @@ class NvmlBackend:
             return
         request = nvml.c_nvmlGpmMetricsGet_t()
         request.version = nvml.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = len(_GPM_METRICS)
-        for i, (_, metric_id) in enumerate(_GPM_METRICS):
+        metrics = _GPM_METRICS if gpu_instance_id is not None else _GPM_METRICS + _GPM_RATES
+        request.numMetrics = len(metrics)
+        for i, (_, metric_id) in enumerate(metrics):
             request.metrics[i].metricId = metric_id
         self._gpm[uuid] = _Gpm(target, gpu_instance_id, previous, spare, request)
 
@@ -423,17 +435,34 @@ class NvmlBackend:
         except nvml.NVMLError:
             return {}
         out = {}
-        for i, (name, _) in enumerate(_GPM_METRICS):
+        for i, (name, _) in enumerate(_GPM_METRICS + _GPM_RATES):
+            if i >= request.numMetrics:
+                break
             metric = request.metrics[i]
             value = float(metric.value)
-            if metric.nvmlReturn == 0 and math.isfinite(value):
+            if metric.nvmlReturn != 0 or not math.isfinite(value):
+                continue
+            if i < len(_GPM_METRICS):
                 out[name] = min(100.0, max(0.0, value))
+            elif value >= 0:
+                out[name] = value * _MIB
         return out
 
+    def _field_value(self, nvml: ModuleType, h: Any, field_id: int) -> float | None:
+        """One NVML field value (``nvmlDeviceGetFieldValues``); ``None`` where the part or driver lacks it."""
+        values = self._optional(nvml.nvmlDeviceGetFieldValues, h, [field_id])
+        if not values or values[0].nvmlReturn != 0:
+            return None
+        kind = int(values[0].valueType)
+        if not 0 <= kind < len(_VALUE_MEMBERS):
+            return None
+        value = float(getattr(values[0].value, _VALUE_MEMBERS[kind]))
+        return value if math.isfinite(value) else None
+
     def _health(self, nvml: ModuleType, device: DeviceInfo, h: Any, mem: Any) -> dict[str, Any]:
-        """dcgm-exporter's other default fields, for /metrics: clocks, energy, codecs, PCIe retries,
-        remapped rows, reserved memory. Per physical GPU (a MIG instance has none of its own). A field
-        the part lacks is absent."""
+        """dcgm-exporter's other default fields, for /metrics: memory temperature, clocks, energy, codecs,
+        PCIe retries, remapped rows, reserved memory. Per physical GPU (a MIG instance has none of its own).
+        A field the part lacks is absent."""
         reserved = getattr(mem, "reserved", None)
         out: dict[str, Any] = {"memory_reserved_bytes": None if reserved is None else int(reserved)}
         if device.is_mig:
@@ -446,6 +475,7 @@ class NvmlBackend:
         replays = opt(nvml.nvmlDeviceGetPcieReplayCounter, h)
         rows = opt(nvml.nvmlDeviceGetRemappedRows, h)
         out.update(
+            memory_temperature_celsius=self._field_value(nvml, h, _FI_DEV_MEMORY_TEMP),
             mem_clock_mhz=None if clock is None else float(clock),
             energy_mj=None if energy is None else int(energy),
             encoder_utilization=None if enc is None else float(enc[0]),
