@@ -159,6 +159,8 @@ class _Slices:
 
     def __init__(self) -> None:
         self.devices: dict[str, tuple[str, ...]] = {}
+        self.synced = asyncio.Event()
+        self.note: str | None = None
 
     async def run(self) -> None:
         await asyncio.Event().wait()
@@ -173,8 +175,12 @@ async def test_dra_devices_are_attributed_once_a_resource_slice_names_them(
     claim = dra_claim("ai", "llm-0-gpu", "gpu.nvidia.com", "node-a", ["gpu-1"])
     kubelet.pods = [pod_resources("ai", "llm-0", {}, {"server": [claim]})]
 
-    # no slice describes gpu-1 yet: said once, with the claim, and nothing attributed
+    # the slices not read yet: too early to say anything
     warning = "DRA device gpu.nvidia.com/node-a/gpu-1 (claim ai/llm-0-gpu), which no ResourceSlice"
+    await asyncio.sleep(0.3)
+    assert warning not in caplog.text and not agent.state.assignments
+    # read, and no slice describes gpu-1: said once, with the claim, and nothing attributed
+    slices.synced.set()
     await eventually(lambda: asyncio.sleep(0, result=warning in caplog.text))
     await asyncio.sleep(0.3)  # a few more attribution rounds
     assert caplog.text.count(warning) == 1

@@ -130,15 +130,57 @@ async def test_prefers_the_newest_version_served(apiserver: FakeApiServer, api: 
 
 
 @pytest.mark.parametrize("versions", [(), ("v1alpha3",)])
-async def test_a_cluster_without_dra_ends_the_watcher_quietly(
+async def test_a_cluster_without_dra_is_said_once_and_looked_at_again(
     apiserver: FakeApiServer, api: KubeApi, versions: tuple[str, ...], caplog: pytest.LogCaptureFixture
 ) -> None:
     apiserver.serve_dra_versions(*versions)
     w = NodeResourceSliceWatcher(api, NODE, sleep=_noop_sleep)
     with caplog.at_level(logging.INFO, "gpuscale.kube.resourceslices"):
-        await asyncio.wait_for(w.run(), 5)  # returns: nothing to watch
-    assert dict(w.devices) == {} and w.group_version is None
-    assert "DRA devices are not looked up" in caplog.text
+        task = asyncio.create_task(w.run())
+        try:
+            await until(lambda: sum(r.endswith("/apis/resource.k8s.io") for r in apiserver.requests) >= 3)
+            assert w.note is not None and "DRA devices are not looked up" in caplog.text
+            assert caplog.text.count("DRA devices are not looked up") == 1  # said once, not at every look
+            assert dict(w.devices) == {} and w.group_version is None
+            # DRA turned on later (a control-plane upgrade): found without restarting the agent
+            apiserver.serve_dra_versions("v1")
+            apiserver.put_resource_slice("s", node=NODE, driver="gpu.nvidia.com", devices={"gpu-0": _nvidia(G0, "")})
+            await until(lambda: bool(w.devices))
+            assert w.note is None and w.group_version == "resource.k8s.io/v1"
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+
+async def test_a_version_that_goes_away_is_replaced(apiserver: FakeApiServer, running: NodeResourceSliceWatcher) -> None:
+    # v1beta1 only, then an upgrade serves v1 and no longer v1beta1: the watch ends and finds v1
+    apiserver.serve_dra_versions("v1beta1")
+    apiserver.put_resource_slice("s", node=NODE, driver="gpu.nvidia.com", devices={"gpu-0": _nvidia(G0, "")})
+    await until(lambda: running.group_version == "resource.k8s.io/v1beta1" and bool(running.devices))
+    apiserver.serve_dra_versions("v1")
+    apiserver.close_watches()
+    await until(lambda: running.group_version == "resource.k8s.io/v1")
+    apiserver.put_resource_slice("s", node=NODE, driver="gpu.nvidia.com", devices={"gpu-1": _nvidia(G1, "")})
+    await until(lambda: dict(running.devices) == {f"gpu.nvidia.com/{NODE}/gpu-1": (G1,)})
+
+
+async def test_only_the_newest_generation_of_a_pool_counts(
+    apiserver: FakeApiServer, running: NodeResourceSliceWatcher
+) -> None:
+    # A driver republishing its pool: the old generation's slice lingers until deleted, with a stale UUID
+    apiserver.put_resource_slice("old", node=NODE, driver="gpu.nvidia.com", devices={"gpu-0": _nvidia(G1, "")})
+    apiserver.put_resource_slice(
+        "new", node=NODE, driver="gpu.nvidia.com", devices={"gpu-0": _nvidia(G0, "")}, generation=2
+    )
+    apiserver.put_resource_slice(
+        "amd", node=NODE, driver="gpu.amd.com", devices={"gpu-0-128": {"pciAddr": {"string": "c1:00.0"}}}
+    )
+    await until(lambda: len(running.devices) == 2)
+    assert dict(running.devices) == {
+        f"gpu.nvidia.com/{NODE}/gpu-0": (G0,),
+        f"gpu.amd.com/{NODE}/gpu-0-128": ("c1:00.0",),  # another driver's pool: its own generations
+    }
 
 
 async def test_forbidden_is_retried_until_allowed(apiserver: FakeApiServer, api: KubeApi) -> None:
@@ -165,6 +207,11 @@ async def test_forbidden_is_retried_until_allowed(apiserver: FakeApiServer, api:
         ({"example.com/uuid": {"string": G0}}, ()),  # another domain's attribute is not the driver's word
         ({"resource.kubernetes.io/pciBusID": {"string": "0000:c1:00.0"}, "pciAddr": {"string": "c1:00.0"}},
          ("0000:c1:00.0", "c1:00.0")),
+        # a part of a GPU: its bus id is the parent's, so only its own UUID names it
+        ({"type": {"string": "mig"}, "uuid": {"string": MIG}, "pcieBusID": {"string": "0000:1a:00.0"}}, (MIG,)),
+        ({"type": {"string": "mig"}, "parentUUID": {"string": G1}, "resource.kubernetes.io/pciBusID":
+          {"string": "0000:1a:00.0"}}, ()),  # dynamic MIG: no UUID until prepared
+        ({"type": {"string": "amdgpu-partition"}, "resource.kubernetes.io/pciBusID": {"string": "0000:c1:00.0"}}, ()),
         ({"uuid": {"bool": True}}, ()),
         ({"uuid": "GPU-not-a-typed-value"}, ()),
         ({}, ()),

@@ -54,7 +54,11 @@ class NodeLabelSource(Protocol):
 
 
 class DraDeviceSource(Protocol):
-    """What names the GPU of each DRA device of this node (the watcher of its ResourceSlices)."""
+    """What names the GPU of each DRA device of this node (the watcher of its ResourceSlices): ``synced`` once
+    read; ``note`` says why there is nothing to read (the API server serves no DRA)."""
+
+    synced: asyncio.Event
+    note: str | None
 
     @property
     def devices(self) -> Mapping[str, Sequence[str]]: ...
@@ -322,6 +326,14 @@ class Agent:
             )
         self._unmatched_said = unmatched
         undescribed = {a.dra.key: a.dra.claim for a in result.undescribed if a.dra is not None}
+        if self.dra is None:
+            why = " (ResourceSlices are read only with the Kubernetes API)"
+        elif self.dra.note is not None:
+            why = f" ({self.dra.note})"
+        elif not self.dra.synced.is_set():
+            undescribed, why = {}, ""  # the slices are not read yet: too early to tell
+        else:
+            why = ""
         for key in sorted(undescribed.keys() - self._undescribed_said):
             log.warning(
                 "the kubelet prepared DRA device %s (claim %s), which no ResourceSlice of node %s describes: "
@@ -329,7 +341,7 @@ class Agent:
                 key,
                 undescribed[key],
                 self.settings.node_name,
-                "" if self.dra is not None else " (ResourceSlices are read only with the Kubernetes API)",
+                why,
             )
         self._undescribed_said = set(undescribed)
         if self.state.set_assignments(self._clock(), dict(result.by_device)):

@@ -391,6 +391,7 @@ class LocalApiServer:
         driver: str,
         devices: Mapping[str, Mapping[str, Obj]],
         pool: str | None = None,
+        generation: int = 1,
     ) -> Obj:
         """Add or replace the ResourceSlice ``name`` of ``node``: ``devices`` maps each device name to its
         attributes (``{"uuid": {"string": "GPU-…"}}``); the pool is named after the node unless given."""
@@ -401,7 +402,7 @@ class LocalApiServer:
             "spec": {
                 "driver": driver,
                 "nodeName": node,
-                "pool": {"name": pool or node, "generation": 1, "resourceSliceCount": 1},
+                "pool": {"name": pool or node, "generation": generation, "resourceSliceCount": 1},
                 "devices": [{"name": d, "attributes": dict(a)} for d, a in devices.items()],
             },
         }

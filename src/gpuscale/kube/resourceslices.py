@@ -5,23 +5,30 @@ PodResources API names it by driver, pool and device name (``gpu.nvidia.com``, `
 says nothing about which GPU it is. The driver publishes what it is in a ResourceSlice of the node, as device
 attributes (dcgm-exporter looks them up the same way):
 
-=================  =========================================================================================
-driver             attributes that name the GPU
-=================  =========================================================================================
+==================  ========================================================================================
+driver              attributes that name the GPU
+==================  ========================================================================================
 ``gpu.nvidia.com``  ``uuid`` (``GPU-…``, or ``MIG-…`` for a MIG device), ``pcieBusID``
-``gpu.amd.com``     ``resource.kubernetes.io/pciBusID`` (a partition carries its parent's), ``pciAddr``
-=================  =========================================================================================
+``gpu.amd.com``     ``resource.kubernetes.io/pciBusID``, ``pciAddr``
+==================  ========================================================================================
 
-``devices`` maps ``dra_device_key(driver, pool, device)`` to those identities, UUID first; the attribution
-matches them to the GPUs the agent reads. The API version is the newest this API server serves of ``v1``
-(Kubernetes 1.34+), ``v1beta2`` and ``v1beta1`` (where a device's attributes sit under ``basic``). A cluster
-without ``resource.k8s.io`` has no DRA: the watcher says so once and ends.
+A part of a GPU (an NVIDIA MIG device, ``type: mig`` or with a ``parentUUID``; an AMD partition, ``type:
+amdgpu-partition``) is named by its ``uuid`` alone: its bus id is its parent's, and would name the whole GPU.
+NVIDIA's dynamic MIG devices have no ``uuid`` until prepared, so nothing names them here.
+
+``devices`` maps ``dra_device_key(driver, pool, device)`` to those identities, UUID first, from the slices of
+each pool's newest generation (older ones are being replaced); the attribution matches them to the GPUs the
+agent reads. The API version is the newest this API server serves of ``v1`` (Kubernetes 1.34+), ``v1beta2``
+and ``v1beta1`` (where a device's attributes sit under ``basic``), found again when that version goes away.
+Where ``resource.k8s.io`` is not served (``note`` says so), the watcher looks again every few minutes: DRA may
+be turned on later.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -37,6 +44,8 @@ log = logging.getLogger(__name__)
 GROUP = "resource.k8s.io"
 VERSIONS = ("v1", "v1beta2", "v1beta1")  # newest first
 _STANDARD = "resource.kubernetes.io"
+NOT_SERVED_RETRY_S = 300.0
+_PARTS = ("mig", "amdgpu-partition")  # ``type`` of a device that is a part of a GPU
 # attribute names (without their domain) that name a GPU, in the order they are tried
 _IDENTITY_ATTRIBUTES = ("uuid", "pciBusID", "pcieBusID", "pciAddr")
 
@@ -63,30 +72,43 @@ def device_identities(device: Json, driver: str) -> tuple[str, ...]:
     found: dict[str, str] = {}
     for name, value in attributes.items():
         domain, _, short = str(name).rpartition("/")
-        if domain not in ("", driver, _STANDARD) or short not in _IDENTITY_ATTRIBUTES:
+        if domain not in ("", driver, _STANDARD):
             continue
         text = _attribute_value(value)
         if text:
             found.setdefault(short, text.strip())
+    if found.get("type") in _PARTS or "parentUUID" in found:  # a bus id would name the whole GPU
+        return (found["uuid"],) if "uuid" in found else ()
     return tuple(dict.fromkeys(found[a] for a in _IDENTITY_ATTRIBUTES if a in found))
 
 
-def _slice_devices(obj: Json) -> tuple[str, dict[str, tuple[str, ...]]] | None:
-    """A ResourceSlice → (its name, {device key: identities}); ``None`` if it is not one."""
+@dataclass(frozen=True, slots=True)
+class _Slice:
+    driver: str
+    pool: str
+    generation: int
+    devices: dict[str, tuple[str, ...]]
+
+
+def _slice_devices(obj: Json) -> tuple[str, _Slice] | None:
+    """A ResourceSlice → (its name, what it says); ``None`` if it is not one."""
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
     name, driver = meta.get("name"), spec.get("driver")
-    pool = (spec.get("pool") or {}).get("name") if isinstance(spec.get("pool"), dict) else None
-    if not isinstance(name, str) or not isinstance(driver, str) or not isinstance(pool, str):
+    raw_pool = spec.get("pool")
+    pool: Json = raw_pool if isinstance(raw_pool, dict) else {}
+    pool_name, generation = pool.get("name"), pool.get("generation", 0)
+    if not isinstance(name, str) or not isinstance(driver, str) or not isinstance(pool_name, str):
         return None
     devices: dict[str, tuple[str, ...]] = {}
     for device in spec.get("devices") or []:
         if isinstance(device, dict) and isinstance(device.get("name"), str):
-            devices[dra_device_key(driver, pool, device["name"])] = device_identities(device, driver)
-    return name, devices
+            devices[dra_device_key(driver, pool_name, device["name"])] = device_identities(device, driver)
+    gen = generation if isinstance(generation, int) and not isinstance(generation, bool) else 0
+    return name, _Slice(driver, pool_name, gen, devices)
 
 
 class _NoDra(Exception):
-    """The API server serves no ResourceSlices gpuscale reads: nothing to watch."""
+    """The API server serves no ResourceSlices gpuscale reads: nothing to watch (for now)."""
 
 
 class NodeResourceSliceWatcher(NodeListWatch):
@@ -98,8 +120,9 @@ class NodeResourceSliceWatcher(NodeListWatch):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.group_version: str | None = None
+        self.note: str | None = None  # why there are no devices to look up: the group is not served
         self._devices: DeviceTable = MappingProxyType({})
-        self._slices: dict[str, dict[str, tuple[str, ...]]] = {}  # slice name → its devices
+        self._slices: dict[str, _Slice] = {}  # by slice name
 
     @property
     def devices(self) -> DeviceTable:
@@ -110,39 +133,65 @@ class NodeResourceSliceWatcher(NodeListWatch):
         return f"ResourceSlices of node {self.node_name}"
 
     async def run(self) -> None:
-        try:
-            await super().run()
-        except _NoDra:
-            return
+        while True:
+            try:
+                await super().run()
+            except _NoDra:
+                await self._sleep(NOT_SERVED_RETRY_S)
 
     async def _list(self) -> None:
         if self.group_version is None:  # first: which version of the group this API server serves
             version = await self._served_version()
             self.group_version = f"{GROUP}/{version}"
             self.path = f"/apis/{GROUP}/{version}/resourceslices"
-        await super()._list()
+        try:
+            await super()._list()
+        except KubeApiError as e:
+            self._forget_version_on_404(e)
+            raise
+
+    async def _watch(self) -> int:
+        try:
+            return await super()._watch()
+        except KubeApiError as e:
+            self._forget_version_on_404(e)
+            raise
+
+    def _forget_version_on_404(self, e: KubeApiError) -> None:
+        """The version in use is no longer served (an upgrade removed it): find the version again."""
+        if e.status == 404:
+            self.group_version, self.resource_version = None, None
 
     async def _served_version(self) -> str:
-        """The newest of ``VERSIONS`` the API server serves; ``_NoDra`` (said once) when it serves none.
-        Other failures raise ``KubeApiError``: the loop retries them like the watch's own."""
+        """The newest of ``VERSIONS`` the API server serves; ``_NoDra`` when it serves none (said once, kept
+        in ``note``). Other failures raise ``KubeApiError``: the loop retries them like the watch's own."""
         try:
             group = await get_json(self.api, f"/apis/{GROUP}", timeout=self.settings.request_timeout_s)
         except KubeApiError as e:
             if e.status == 404:
-                log.info("%s is not served: no DRA in this cluster, DRA devices are not looked up", GROUP)
+                self._not_served(f"the API server does not serve {GROUP} (no DRA in this cluster)")
                 raise _NoDra from e
             raise
         served = {str(v.get("version")) for v in group.get("versions") or [] if isinstance(v, dict)}
         for version in VERSIONS:
             if version in served:
+                if self.note is not None:
+                    log.info("%s is served now (%s): looking up DRA devices", GROUP, version)
+                self.note = None
                 return version
-        log.warning(
-            "%s serves %s, none of %s: DRA devices are not looked up",
-            GROUP,
-            ", ".join(sorted(served)) or "no version",
-            ", ".join(VERSIONS),
+        self._not_served(
+            f"the API server serves {GROUP} in {', '.join(sorted(served)) or 'no version'}, "
+            f"none of {', '.join(VERSIONS)}"
         )
         raise _NoDra
+
+    def _not_served(self, note: str) -> None:
+        if note != self.note:
+            log.info("%s: DRA devices are not looked up; looking again every %.0fs", note, NOT_SERVED_RETRY_S)
+        self.note = note
+        self._slices = {}
+        if self._publish():
+            self._bump()
 
     def _selector(self) -> list[tuple[str, str]]:
         return [("fieldSelector", f"spec.nodeName={self.node_name}")]
@@ -151,7 +200,16 @@ class NodeResourceSliceWatcher(NodeListWatch):
         return (obj.get("spec") or {}).get("nodeName") == self.node_name
 
     def _publish(self) -> bool:
-        merged = {key: ids for devices in self._slices.values() for key, ids in devices.items()}
+        newest: dict[tuple[str, str], int] = {}
+        for sl in self._slices.values():
+            key = (sl.driver, sl.pool)
+            newest[key] = max(newest.get(key, sl.generation), sl.generation)
+        merged = {
+            key: ids
+            for sl in self._slices.values()
+            if sl.generation == newest[(sl.driver, sl.pool)]
+            for key, ids in sl.devices.items()
+        }
         if merged == self._devices:
             return False
         self._devices = MappingProxyType(merged)
