@@ -159,3 +159,89 @@ def test_cli_missing_file_is_a_usage_error(tmp_path: Path) -> None:
     args = parser.parse_args(["simulate", str(tmp_path / "nope.yaml"), "--out", str(tmp_path)])
     with pytest.raises(UsageError, match="cannot read it: No such file or directory"):
         args.func(args)
+
+
+# -- gpuscale triggers as the scaler reads them: profiles, the scaler's defaults, keys the simulator ignores --
+EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
+
+
+def _profiles() -> dict[str, dict[str, str]]:
+    from gpuscale.scaler.profiles import BUILTIN_PROFILES
+
+    return {p.name: p.as_metadata() for p in BUILTIN_PROFILES}
+
+
+def _gpuscale_policy(metadata: str) -> str:
+    return f"""
+  - name: g
+    pipeline: {{gpuscale: {{samplingIntervalSeconds: 1}}}}
+    scaledObject:
+      apiVersion: keda.sh/v1alpha1
+      kind: ScaledObject
+      spec:
+        scaleTargetRef: {{name: x}}
+        triggers: [{{type: external, metadata: {metadata}}}]
+"""
+
+
+def test_a_profile_sets_what_the_scaler_would_and_given_keys_win() -> None:
+    scenario = parse_scenario(
+        HEAD + _gpuscale_policy('{scalerAddress: a, profile: llm-serving, activationValue: "7"}'),
+        profiles=_profiles(),
+    )
+    (trigger,) = scenario.policies[0].scaled_object.triggers  # type: ignore[union-attr]
+    # llm-serving: gpu_utilization, avg, targetValue 85, activationValue 5 (7 given), window 30
+    assert (trigger.target, trigger.activation, trigger.window_seconds) == (85.0, 7.0, 30)
+    assert trigger.signal == "avg(gpu_utilization)"
+
+
+def test_the_window_defaults_to_the_scalers() -> None:
+    from gpuscale.scaler.metadata import DEFAULTS
+
+    scenario = parse_scenario(HEAD + _gpuscale_policy('{scalerAddress: a, targetValue: "70"}'))
+    (trigger,) = scenario.policies[0].scaled_object.triggers  # type: ignore[union-attr]
+    assert trigger.window_seconds == DEFAULTS["window"] == 10
+
+
+@pytest.mark.parametrize(
+    ("metadata", "expected"),
+    [
+        (
+            "{scalerAddress: a, profile: memory-bound}",
+            'policies[0].scaledObject.spec.triggers[0].metadata.profile: profile "memory-bound" scales on '
+            "memory_utilization; the simulator models gpu_utilization only",
+        ),
+        (
+            "{scalerAddress: a, profile: llm}",
+            'policies[0].scaledObject.spec.triggers[0].metadata.profile: value "llm" must be one of '
+            "[batch-inference, llm-serving, memory-bound, memory-capacity, online-inference, power-capped, "
+            "training-throughput] (or a --profiles file's)",
+        ),
+        (
+            '{scalerAddress: a, targetValue: "70", share: container}',
+            'policies[0].scaledObject.spec.triggers[0].metadata.share: value "container" must be one of [gpu]',
+        ),
+    ],
+)
+def test_profile_problems(metadata: str, expected: str) -> None:
+    text = HEAD + _gpuscale_policy(metadata)
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(text, profiles=_profiles())
+    assert info.value.problems == (expected,)
+
+
+@pytest.mark.parametrize("example", ["external.yaml", "external-push.yaml", "external-tls.yaml"])
+def test_the_shipped_scaledobjects_simulate_as_they_are(example: str, tmp_path: Path) -> None:
+    """What `gpuscale render` writes (deploy/examples) runs in the simulator unchanged, through the CLI."""
+    import yaml
+
+    docs = [d for d in yaml.safe_load_all((EXAMPLES / example).read_text()) if d and d["kind"] == "ScaledObject"]
+    policy = {"name": "shipped", "pipeline": {"gpuscale": {"samplingIntervalSeconds": 1}}, "scaledObject": docs[0]}
+    scenario = yaml.safe_load(HEAD + "  []\n") | {"policies": [policy]}
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    parser = argparse.ArgumentParser()
+    simulate.register(parser.add_subparsers())
+    args = parser.parse_args(["simulate", str(path), "--out", str(tmp_path / "out")])
+    assert args.func(args) == 0
+    assert (tmp_path / "out" / "summary.json").exists()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..backends import BACKEND_NAMES, Backend, create_backend, open_backend
 from ..backends.mock import FileDemand, MockBackend, MockConfig, find_model
@@ -15,6 +16,9 @@ from ..backends.patterns import PATTERN_SYNTAX, parse_patterns
 from ..errors import UsageError
 from ..lifecycle import EVENT_LOOPS, event_loop_factory
 from ..tls import TlsFiles
+
+if TYPE_CHECKING:
+    from ..scaler.profiles import ProfileSet
 
 __all__ = [
     "add_backend_arguments",
@@ -26,6 +30,7 @@ __all__ = [
     "existing_file",
     "mock_config_from_args",
     "positive_seconds",
+    "profiles_from_option",
     "server_tls_from_args",
 ]
 
@@ -50,6 +55,20 @@ def positive_seconds(text: str, flag: str) -> float:
     if not v > 0:
         raise UsageError(f'{flag} "{text}" must be greater than 0')
     return v
+
+
+def profiles_from_option(path: str | None) -> ProfileSet | None:
+    """``--profiles FILE``: the built-in profiles plus the file's (``None`` without the option). A bad file is
+    a ``UsageError`` naming every problem. The scaler's modules are imported only here."""
+    if path is None:
+        return None
+    from ..scaler.errors import ProfileError
+    from ..scaler.profiles import load_profiles
+
+    try:
+        return load_profiles(path)
+    except ProfileError as e:
+        raise UsageError(f"--profiles {e.source}: " + "; ".join(e.problems)) from e
 
 
 def existing_file(text: str, flag: str) -> Path:

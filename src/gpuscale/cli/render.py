@@ -13,16 +13,8 @@ import sys
 
 from ..errors import UsageError
 from ..render import MODES, HpaOptions, ScaledObjectOptions, render_hpa, render_scaledobject
-from ..scaler.errors import ProfileError
-from ..scaler.profiles import (
-    AGGREGATIONS,
-    BUILTIN_PROFILES,
-    METRICS,
-    SCOPES,
-    SHARES,
-    ProfileSet,
-    load_profiles,
-)
+from ..scaler.profiles import AGGREGATIONS, BUILTIN_PROFILES, METRICS, SCOPES, SHARES
+from ._options import profiles_from_option
 
 __all__ = ["register"]
 
@@ -170,15 +162,6 @@ def _write(text: str, output: str | None) -> int:
     return 0
 
 
-def _profiles(args: argparse.Namespace) -> ProfileSet | None:
-    if args.profiles is None:
-        return None
-    try:
-        return load_profiles(args.profiles)
-    except ProfileError as e:
-        raise UsageError(f"--profiles {e.source}: " + "; ".join(e.problems)) from e
-
-
 def run_scaledobject(args: argparse.Namespace) -> int:
     options = ScaledObjectOptions(
         target=args.target,
@@ -212,7 +195,7 @@ def run_scaledobject(args: argparse.Namespace) -> int:
         exported_labels=args.exported_labels,
         vendor=args.vendor,
         scrape_interval=args.scrape_interval,
-        profiles=_profiles(args),
+        profiles=profiles_from_option(args.profiles),
     )
     return _write(render_scaledobject(options), args.output)
 
@@ -236,6 +219,6 @@ def run_hpa(args: argparse.Namespace) -> int:
         adapter=args.adapter,
         adapter_namespace=args.adapter_namespace,
         adapter_configmap=args.adapter_configmap,
-        profiles=_profiles(args),
+        profiles=profiles_from_option(args.profiles),
     )
     return _write(render_hpa(options), args.output)

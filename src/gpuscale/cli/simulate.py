@@ -8,6 +8,7 @@ from pathlib import Path
 from .. import plotting
 from ..errors import UsageError
 from ..sim import ScenarioError, parse_scenario, run_scenario, write_outputs
+from ._options import profiles_from_option
 
 __all__ = ["register"]
 
@@ -21,7 +22,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("scenario", type=Path, help="scenario YAML file")
     parser.add_argument("--out", type=Path, required=True, help="directory for the outputs (created)")
+    parser.add_argument(
+        "--profiles",
+        metavar="FILE",
+        help="the scaler's profiles file (the chart's scaler.profiles), for triggers that name a profile "
+        "of it; the built-in profiles need none",
+    )
     parser.set_defaults(func=run)
+
+
+def _profiles(args: argparse.Namespace) -> dict[str, dict[str, str]]:
+    """Every profile a trigger may name, as the metadata keys it sets (the simulator reads no scaler code)."""
+    from ..scaler.profiles import ProfileSet
+
+    profiles = profiles_from_option(args.profiles) or ProfileSet.builtin()
+    return {name: p.as_metadata() for name, p in profiles.items()}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         return (path.parent / name).read_text(encoding="utf-8")
 
     try:
-        scenario = parse_scenario(text, source=str(path), read_text=read_text)
+        scenario = parse_scenario(text, source=str(path), read_text=read_text, profiles=_profiles(args))
     except ScenarioError as e:
         raise UsageError(str(e)) from None
     result = run_scenario(scenario)

@@ -216,6 +216,17 @@ class Profile:
     scope: Scope | None = None
     share: Share | None = None
 
+    def as_metadata(self) -> dict[str, str]:
+        """The trigger metadata keys this profile sets, as text (numbers with every digit)."""
+        out: dict[str, str] = {}
+        for key, attr in _FIELDS.items():
+            value = getattr(self, attr)
+            if isinstance(value, float):
+                out[key] = str(int(value)) if value.is_integer() else repr(value)
+            elif value is not None:
+                out[key] = str(value)
+        return out
+
 
 # fmt: off
 def _builtin(name: str, description: str, metric: Metric, aggregation: Aggregation, target: float,

@@ -8,6 +8,7 @@ Defaults follow the APIs: KEDA's (``pollingInterval`` 30, ``cooldownPeriod`` 300
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal, cast
 
 from ._check import Checker
@@ -30,13 +31,32 @@ __all__ = ["parse_behavior", "parse_policy"]
 _TRIGGER_TYPES = ("prometheus", "external", "external-push")
 _GPUSCALE_KEYS = (
     "scalerAddress",
+    "profile",
     "metric",
     "aggregation",
     "targetValue",
     "activationValue",
     "scope",
     "window",
+    "share",
+    # read by the scaler, not by the simulator: which pods or nodes, when a sample is too old (its GPUs are
+    # the simulated workload's, its samples always fresh)
+    "podSelector",
+    "namespace",
+    "nodeSelector",
+    "staleAfter",
+    # KEDA's own: how it reaches the scaler
+    "enableTLS",
+    "unsafeSsl",
+    "caCert",
+    "tlsClientCert",
+    "tlsClientKey",
+    "tlsCertFile",
 )
+# The scaler's default ``window`` (``gpuscale.scaler.metadata.DEFAULTS``; a test keeps the two equal).
+DEFAULT_WINDOW_S = 10
+# A profile as trigger metadata: profile name → the keys it sets (``Profile`` fields in metadata terms).
+ProfileDefaults = Mapping[str, Mapping[str, str]]
 _PROM_KEYS = (
     "serverAddress",
     "query",
@@ -131,8 +151,28 @@ def _prom_signal(
     return MetricSource(signal, "prometheus")
 
 
+def _with_profile(
+    c: Checker, meta: dict[str, object], mpath: str, profiles: ProfileDefaults
+) -> dict[str, object]:
+    """``meta`` with its profile's keys under it, as the scaler reads them (keys given win)."""
+    name = meta.get("profile")
+    if name is None:
+        return meta
+    defaults = profiles.get(name) if isinstance(name, str) else None
+    if defaults is None:
+        c.bad(f"{mpath}.profile", name, f"one of [{', '.join(sorted(profiles))}] (or a --profiles file's)")
+        return {"targetValue": "1", **meta}  # said once: what the profile would give is not missing too
+    merged = {**defaults, **meta}
+    if "metric" not in meta and merged.get("metric") not in (None, "gpu_utilization"):
+        c.fail(
+            f"{mpath}.profile",
+            f'profile "{name}" scales on {merged.pop("metric")}; the simulator models gpu_utilization only',
+        )
+    return merged
+
+
 def _trigger(
-    c: Checker, raw: object, path: str, prom: dict[str, object]
+    c: Checker, raw: object, path: str, prom: dict[str, object], profiles: ProfileDefaults
 ) -> tuple[TriggerSpec, MetricSource] | None:
     if not isinstance(raw, dict):
         c.bad(path, raw, "a mapping")
@@ -163,8 +203,10 @@ def _trigger(
         )
         return trig, MetricSource(src.signal, "prometheus", trig)
     c.known(meta, mpath, _GPUSCALE_KEYS)
+    meta = _with_profile(c, meta, mpath, profiles)
     c.string(meta, "scalerAddress", mpath, default=None)
     c.string(meta, "metric", mpath, default="gpu_utilization", choices=("gpu_utilization",))
+    c.string(meta, "share", mpath, default="gpu", choices=("gpu",))
     agg = c.string(
         meta,
         "aggregation",
@@ -175,7 +217,7 @@ def _trigger(
     target = c.number(meta, "targetValue", mpath, default=None, minimum=0, exclusive=True, text=True)
     activation = c.number(meta, "activationValue", mpath, default=0.0, minimum=0, text=True)
     scope = c.string(meta, "scope", mpath, default="workload", choices=("workload", "node", "pool"))
-    window = int(c.number(meta, "window", mpath, default=0, minimum=0, text=True))
+    window = int(c.number(meta, "window", mpath, default=DEFAULT_WINDOW_S, minimum=0, text=True))
     signal = parse_signal(f"{agg}(gpu_utilization)")
     assert signal is not None
     trig = TriggerSpec(
@@ -191,7 +233,9 @@ def _trigger(
     return trig, MetricSource(signal, "gpuscale", trig)
 
 
-def _scaled_object(c: Checker, doc: dict[str, object], path: str, prom: dict[str, object]) -> Policy | None:
+def _scaled_object(
+    c: Checker, doc: dict[str, object], path: str, prom: dict[str, object], profiles: ProfileDefaults
+) -> Policy | None:
     spec = _header(c, doc, path, "keda.sh/v1alpha1", "ScaledObject")
     if spec is None:
         return None
@@ -254,7 +298,7 @@ def _scaled_object(c: Checker, doc: dict[str, object], path: str, prom: dict[str
             c.known(hc, hp, ("name", "behavior"))
             behavior = parse_behavior(c, hc, hp)
     parsed = [
-        _trigger(c, t, f"{sp}.triggers[{i}]", prom)
+        _trigger(c, t, f"{sp}.triggers[{i}]", prom, profiles)
         for i, t in enumerate(c.sequence(spec, "triggers", sp, required=True))
     ]
     pairs = [p for p in parsed if p is not None]
@@ -354,7 +398,11 @@ def _pipelines(
     return gpuscale, prometheus, p
 
 
-def parse_policy(c: Checker, raw: object, path: str) -> Policy | None:
+def parse_policy(
+    c: Checker, raw: object, path: str, profiles: ProfileDefaults | None = None
+) -> Policy | None:
+    """One entry of a scenario's ``policies``. ``profiles``: what each profile name a gpuscale trigger may
+    give sets (the CLI passes the scaler's built-in profiles, and a ``--profiles`` file's)."""
     if not isinstance(raw, dict):
         c.bad(path, raw, "a mapping with name and scaledObject or hpa")
         return None
@@ -381,7 +429,8 @@ def parse_policy(c: Checker, raw: object, path: str) -> Policy | None:
         return None
     if has_so:
         doc = c.mapping(raw, "scaledObject", path, required=True)
-        policy = _scaled_object(c, doc, f"{path}.scaledObject", prom_raw) if doc is not None else None
+        here = f"{path}.scaledObject"
+        policy = None if doc is None else _scaled_object(c, doc, here, prom_raw, profiles or {})
     else:
         doc = c.mapping(raw, "hpa", path, required=True)
         policy = _hpa(c, doc, f"{path}.hpa", prom_raw) if doc is not None else None

@@ -19,7 +19,7 @@ from ._check import Checker
 from .engine import Policy
 from .errors import ScenarioError
 from .hpa import ControllerConfig
-from .manifests import parse_policy
+from .manifests import ProfileDefaults, parse_policy
 from .workload import (
     ConstantDemand,
     DemandShape,
@@ -204,9 +204,14 @@ def _demand(
 
 
 def parse_scenario(
-    text: str, *, source: str = "scenario", read_text: Callable[[str], str] | None = None
+    text: str,
+    *,
+    source: str = "scenario",
+    read_text: Callable[[str], str] | None = None,
+    profiles: ProfileDefaults | None = None,
 ) -> Scenario:
-    """Parse a scenario; ``read_text(path)`` reads files it names (demand CSVs), relative to the scenario."""
+    """Parse a scenario; ``read_text(path)`` reads files it names (demand CSVs), relative to the scenario;
+    ``profiles`` are what a gpuscale trigger's ``profile`` may name (``manifests.ProfileDefaults``)."""
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -241,7 +246,7 @@ def parse_scenario(
     workload = _workload(c, doc)
     demand, step_at = _demand(c, doc, read_text)
     policies = [
-        parse_policy(c, raw, f"policies[{i}]")
+        parse_policy(c, raw, f"policies[{i}]", profiles)
         for i, raw in enumerate(c.sequence(doc, "policies", "", required=True))
     ]
     names = [p.name for p in policies if p is not None]
