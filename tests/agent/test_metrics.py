@@ -212,6 +212,8 @@ async def test_failing_gpu_keeps_last_values_and_is_reported(start_agent: AgentF
     text = await eventually(reported)
     up = {lab["gpu"]: v for lab, v in series(text, "gpuscale_agent_gpu_up")}
     assert up == {"0": 1.0, "1": 0.0}
+    # the node, under the same label name as on the GPU series: a dashboard groups both by it
+    assert {lab["Hostname"] for lab, _ in series(text, "gpuscale_agent_sample_age_seconds")} == {"node-a"}
     util = {lab["gpu"]: v for lab, v in series(text, "DCGM_FI_DEV_GPU_UTIL")}
     assert util == {"0": 33.0, "1": 33.0}  # the last good value is still served …
     age = {lab["gpu"]: v for lab, v in series(text, "gpuscale_agent_sample_age_seconds")}

@@ -112,6 +112,41 @@ async def test_rendered_queries(start_agent: AgentFactory, kubelet: FakeKubelet,
     await asyncio.to_thread(check)
 
 
+def _panel_expr(title: str, variables: dict[str, str]) -> str:
+    (panel,) = [p for p in json.loads(DASHBOARD.read_text())["panels"] if p["title"] == title]
+    expr: str = panel["targets"][0]["expr"]
+    for name, value in variables.items():
+        expr = expr.replace(name, value)
+    return expr
+
+
+async def test_dashboard_panels_count_a_shared_gpu_once_and_name_each_node(
+    start_agent: AgentFactory, kubelet: FakeKubelet, tmp_path: Path
+) -> None:
+    """A time-sliced GPU has one FB_USED series per pod holding it: the memory total counts it once; the
+    agent's own per-GPU series carry the node, so the sample-age panel keeps one line per GPU of each node."""
+    agent = await start_agent("constant:40,constant:80", gpus=2)
+    u = [d.uuid for d in agent.state.devices]
+    kubelet.pods = [
+        pod_resources("ai", "embed-0", {"main": [("nvidia.com/gpu", [f"{u[0]}::0"])]}),
+        pod_resources("ai", "embed-1", {"main": [("nvidia.com/gpu", [f"{u[0]}::1"])]}),
+    ]
+    while len(agent.state.assignments) < 1:
+        await asyncio.sleep(0.05)
+    variables = {"$hostname_label": "Hostname", "$node": ".*", "$namespace": ".*"}
+
+    def check() -> None:
+        with run_prometheus(tmp_path, [f"127.0.0.1:{agent.metrics_port}"]) as prom:
+            prom.wait_for("DCGM_FI_DEV_FB_USED", min_series=3)  # GPU 0 twice (two pods), GPU 1 once
+            per_gpu = {r["metric"]["UUID"]: float(r["value"][1]) for r in prom.query("max by (UUID) (DCGM_FI_DEV_FB_USED)")}
+            total = one_value(prom, _panel_expr("GPU memory used", variables))
+            assert total == pytest.approx(sum(per_gpu.values()) * 1048576)
+            ages = prom.wait_for(_panel_expr("Sample age (newest good sample)", variables), min_series=2)
+            assert sorted((r["metric"]["Hostname"], r["metric"]["gpu"]) for r in ages) == [("node-a", "0"), ("node-a", "1")]
+
+    await asyncio.to_thread(check)
+
+
 async def test_exported_labels(start_agent: AgentFactory, kubelet: FakeKubelet, tmp_path: Path) -> None:
     agent = await attributed_agent(start_agent, kubelet)
 

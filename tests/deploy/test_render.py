@@ -4,6 +4,8 @@ thing; the examples in deploy/examples validate too; bad options are one-line us
 from __future__ import annotations
 
 import argparse
+import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -150,3 +152,23 @@ def test_examples_validate(path: Path) -> None:
     objs = docs(path.read_text())
     assert objs
     validate_all(objs)
+
+
+def _example_commands() -> list[tuple[list[str], str]]:
+    text = (EXAMPLES / "README.md").read_text()
+    found = re.findall(r"^gpuscale (render .*) > (\S+\.yaml)$", text, re.M)
+    return [(shlex.split(args), name) for args, name in found]
+
+
+def test_every_example_has_its_command() -> None:
+    assert sorted(name for _, name in _example_commands()) == sorted(p.name for p in EXAMPLES.glob("*.yaml"))
+
+
+@pytest.mark.parametrize(("argv", "name"), _example_commands(), ids=lambda v: v if isinstance(v, str) else "")
+def test_examples_are_what_their_command_renders(
+    argv: list[str], name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpuscale.cli import main
+
+    assert main(argv) == 0
+    assert capsys.readouterr().out == (EXAMPLES / name).read_text()

@@ -284,10 +284,11 @@ class GpuCollector(Collector):
         for view in snap.gpus:
             d = view.device
             ident = {"gpu": str(d.index), "UUID": d.uuid}
-            up.add_sample(up.name, ident, 0.0 if view.error is not None or view.latest is None else 1.0)
+            whose = {**ident, self._host: snap.node_name}  # the node, named as on the GPU series
+            up.add_sample(up.name, whose, 0.0 if view.error is not None or view.latest is None else 1.0)
             if view.latest is None:
                 continue
-            age.add_sample(age.name, ident, max(0.0, now - view.latest.timestamp))
+            age.add_sample(age.name, whose, max(0.0, now - view.latest.timestamp))
             held = None
             if d.is_mig:
                 key = (d.parent_uuid, d.gpu_instance_id)

@@ -37,7 +37,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "agent",
         help="run the node agent: sample GPUs, serve /metrics and the Watch stream",
         description="Run the node agent: sample every GPU, attribute GPUs to pods, serve Prometheus /metrics "
-        "and the gpuscale.v1.Agent/Watch stream. Every flag also reads GPUSCALE_<FLAG>.",
+        "and the gpuscale.v1.Agent/Watch stream. Every flag also reads GPUSCALE_<FLAG> "
+        "(--kubeconfig: GPUSCALE_KUBECONFIG_PATH).",
     )
     add_backend_arguments(p)
     p.add_argument(

@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run the cluster scaler: follow every agent, answer KEDA's external scaler calls",
         description="Run the cluster scaler: follow every agent's Watch stream and answer KEDA's "
         "externalscaler.ExternalScaler calls for workloads (scope workload) and node pools (scope pool). "
-        "Every flag also reads GPUSCALE_<FLAG>.",
+        "Every flag also reads GPUSCALE_<FLAG> (--kubeconfig: GPUSCALE_KUBECONFIG_PATH).",
     )
     a = p.add_argument_group("agents")
     a.add_argument(
@@ -50,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=env("AGENTS_DNS"),
         metavar="NAME:PORT",
         help="DNS name of the agents' headless Service and their gRPC port, resolved again every "
-        "--dns-interval seconds (e.g. gpuscale-agent.gpuscale-system.svc:6000)",
+        "--dns-interval seconds (e.g. gpuscale-agent.gpuscale.svc:6000)",
     )
     a.add_argument(
         "--dns-interval", default=env("DNS_INTERVAL", "5"), help="seconds between DNS lookups (default 5)"
