@@ -69,6 +69,9 @@ class DeviceInfo:
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
     driver_version: str | None = None  # dcgm-exporter's DCGM_FI_DRIVER_VERSION label
+    # The name its DRA driver publishes it under, where that follows from the device: AMD's gpu.amd.com
+    # names a GPU or partition gpu-<DRM card minor>-<DRM render minor>
+    dra_name: str | None = None
 
     @property
     def is_mig(self) -> bool:

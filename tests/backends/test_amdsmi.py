@@ -97,3 +97,18 @@ def test_auto_with_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
         "no GPU library loaded (nvml: the nvidia-ml-py package is not installed; amdsmi: the amdsmi package"
         in str(e.value)
     )
+
+
+def test_dra_name_from_the_drm_minors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """AMD's DRA driver names a GPU or partition gpu-<card>-<render>: the backend derives the same name, as
+    AMD's exporter does, where amdsmi reports the minors (ROCm 6.4+)."""
+    gpus = [
+        FakeAmdGpu("p0", drm_card=1, drm_render=128),
+        FakeAmdGpu("p1", drm_card=1, drm_render=129),  # a CPX partition: same card, its own render node
+        FakeAmdGpu("p2", drm_card=2, drm_render=0),  # the library does not know this one's render node
+    ]
+    monkeypatch.setitem(sys.modules, "amdsmi", make_module(gpus))
+    assert [d.dra_name for d in open_backend("amdsmi").devices()] == ["gpu-1-128", "gpu-1-129", None]
+    monkeypatch.setitem(sys.modules, "amdsmi", make_module(gpus, enumeration=False))  # amdsmi before 6.4
+    assert [d.dra_name for d in open_backend("amdsmi").devices()] == [None, None, None]
+

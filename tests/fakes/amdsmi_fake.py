@@ -58,9 +58,14 @@ class FakeAmdGpu:
     gfx_clk: int = 2100
     processes: list[dict[str, Any]] = field(default_factory=list)
     fail: int | None = None
+    drm_card: int = 1  # amdsmi_get_gpu_enumeration_info (ROCm 6.4+); render 0 or UINT32_MAX: unknown
+    drm_render: int = 128
 
 
-def make_module(gpus: list[FakeAmdGpu], *, init_error: int | None = None) -> types.ModuleType:
+def make_module(
+    gpus: list[FakeAmdGpu], *, init_error: int | None = None, enumeration: bool = True
+) -> types.ModuleType:
+    """``enumeration=False``: an amdsmi older than ROCm 6.4, without ``amdsmi_get_gpu_enumeration_info``."""
     m = types.ModuleType("amdsmi")
     m.AmdSmiException = AmdSmiException  # type: ignore[attr-defined]
     m.AmdSmiLibraryException = AmdSmiLibraryException  # type: ignore[attr-defined]
@@ -103,4 +108,12 @@ def make_module(gpus: list[FakeAmdGpu], *, init_error: int | None = None) -> typ
     m.amdsmi_get_temp_metric = temp  # type: ignore[attr-defined]
     m.amdsmi_get_clock_info = lambda g, t: {"clk": h(g).gfx_clk, "min_clk": 500, "max_clk": 2100}  # type: ignore[attr-defined]
     m.amdsmi_get_gpu_process_list = lambda g: list(h(g).processes)  # type: ignore[attr-defined]
+    if enumeration:
+        m.amdsmi_get_gpu_enumeration_info = lambda g: {  # type: ignore[attr-defined]
+            "drm_card": h(g).drm_card,
+            "drm_render": g.drm_render,
+            "hsa_id": 0,
+            "hip_id": 0,
+            "hip_uuid": "GPU-" + g.uuid,
+        }
     return m

@@ -176,3 +176,23 @@ def test_a_bus_id_several_devices_share_names_none_of_them() -> None:
     a = _dra("gpu-0-128", "gpu.amd.com")
     assert attribute(parts, [a], SLICES).unmatched == (a,)
     assert attribute(parts, [_a("0000:c1:00.0", "amd.com/gpu")]).by_device == {}
+
+
+def test_amd_dra_devices_by_their_drm_name_even_partitions_of_one_gpu() -> None:
+    # Two CPX partitions of one MI300X share its bus id, which its ResourceSlice gives them; their DRA names
+    # (gpu-<card>-<render>) tell them apart, with no ResourceSlice needed.
+    parts = tuple(
+        DeviceInfo(i, f"0x{i:016x}", "AMD Instinct MI300X", "0000:c1:00.0", 24 << 30, 750.0, vendor=Vendor.AMD,
+                   dra_name=f"gpu-1-{128 + i}")
+        for i in range(2)
+    )
+    a, b = _dra("gpu-1-129", "gpu.amd.com"), _dra("gpu-1-128", "gpu.amd.com")
+    result = attribute(parts, [a, b], {})
+    assert result.by_device == {
+        "0x0000000000000001": (Assignment(C, "gpu.amd.com", "0x0000000000000001", a.dra),),
+        "0x0000000000000000": (Assignment(C, "gpu.amd.com", "0x0000000000000000", b.dra),),
+    }
+    # the name is AMD's: another driver's device of that name is looked up in the slices, not by it
+    other = _dra("gpu-1-128", "gpu.nvidia.com")
+    assert attribute(parts, [other], {}).undescribed == (other,)
+

@@ -16,10 +16,12 @@ anything else                  a device whose UUID or PCI bus id equals it, igno
                                differently padded PCI domain (``0000:c1:00.0``, NVML's ``00000000:C1:00.0``)
 =============================  ==========================================================================
 
-A DRA device (``Assignment.dra``) is named by driver, pool and device; the node's ResourceSlices say which GPU
-that is (``kube.resourceslices``: its ``uuid``, else its PCI bus id), and that id is matched as above. The
-attributed assignment carries it as its ``device_id``. A bus id that several devices share (the partitions
-of one AMD GPU) names none of them: better unattributed than given to the wrong pod.
+A DRA device (``Assignment.dra``) is named by driver, pool and device. AMD's ``gpu.amd.com`` names a GPU or
+partition ``gpu-<card>-<render>`` after its DRM minors, which the backend knows (``DeviceInfo.dra_name``;
+AMD's exporter matches the same way). Otherwise the node's ResourceSlices say which GPU it is
+(``kube.resourceslices``: its ``uuid``, else its PCI bus id), and that id is matched as above. The
+attributed assignment carries the id that matched as its ``device_id``. A bus id that several devices share
+(the partitions of one AMD GPU) names none of them: better unattributed than given to the wrong pod.
 
 Ids that match no device are returned in ``Attribution.unmatched``, DRA devices that no ResourceSlice
 describes in ``Attribution.undescribed``, for the caller to log (once).
@@ -38,6 +40,7 @@ __all__ = ["Attribution", "attribute", "match_assignments", "normalize_pci_bus_i
 
 _LEGACY_MIG = re.compile(r"MIG-(GPU-[0-9A-Fa-f-]+)/(\d+)/(\d+)")
 _GKE = re.compile(r"nvidia(\d+)(?:/gi(\d+))?(?:/vgpu(\d+))?")
+_AMD_DRA = "gpu.amd.com"
 _PCI = re.compile(r"(?:([0-9a-f]{1,8}):)?([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])")
 
 
@@ -64,12 +67,15 @@ def normalize_pci_bus_id(value: str) -> str | None:
 class _Index:
     def __init__(self, devices: Sequence[DeviceInfo]) -> None:
         self.by_uuid: dict[str, str] = {}
+        self.by_dra_name: dict[str, str] = {}
         self.by_pci: dict[str, str | None] = {}  # None: several devices have that bus id
         self.gpu_by_index: dict[int, str] = {}
         self.mig_by_index_gi: defaultdict[tuple[int, int], list[DeviceInfo]] = defaultdict(list)
         self.mig_by_parent_gi: defaultdict[tuple[str, int], list[DeviceInfo]] = defaultdict(list)
         for d in devices:
             self.by_uuid[d.uuid.lower()] = d.uuid
+            if d.dra_name:
+                self.by_dra_name[d.dra_name.lower()] = d.uuid
             if d.is_mig:
                 if d.gpu_instance_id is not None:
                     self.mig_by_index_gi[(d.index, d.gpu_instance_id)].append(d)
@@ -115,7 +121,8 @@ def attribute(
     undescribed: list[Assignment] = []
     for a in assignments:
         if a.dra is not None:
-            identities = (dra_devices or {}).get(a.dra.key)
+            named = index.by_dra_name.get(a.dra.device.lower()) if a.dra.driver.startswith(_AMD_DRA) else None
+            identities = (named,) if named is not None else (dra_devices or {}).get(a.dra.key)
             if identities is None:
                 undescribed.append(a)
                 continue

@@ -44,6 +44,9 @@ def _device_error(uuid: str, e: Exception) -> DeviceError:
     return DeviceError(uuid, _STATUS_KINDS.get(code, "unknown") if code is not None else "unknown", str(e))
 
 
+_UINT32_MAX = 2**32 - 1
+
+
 def _number(value: Any) -> float | None:
     """AMD SMI reports unknown values as the string "N/A" (or sentinel maxima); those are absent."""
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -122,6 +125,7 @@ class AmdSmiBackend:
             cap = self._optional(smi.amdsmi_get_power_cap_info, h) or {}
             total = _number(vram.get("vram_total"))
             cap_uw = _number(cap.get("power_cap"))
+            dra_name = self._dra_name(smi, h)
             self._handles[uuid] = h
             devices.append(
                 DeviceInfo(
@@ -132,9 +136,23 @@ class AmdSmiBackend:
                     memory_total_bytes=None if total is None else int(total * MB),
                     power_limit_watts=None if cap_uw is None else cap_uw / 1e6,
                     vendor=Vendor.AMD,
+                    dra_name=dra_name,
                 )
             )
         self._devices = tuple(devices)
+
+    def _dra_name(self, smi: ModuleType, h: Any) -> str | None:
+        """``gpu-<card>-<render>``, the name AMD's DRA driver gives this GPU or partition (its exporter's DRA
+        key), from the DRM minors ``amdsmi_get_gpu_enumeration_info`` reports (ROCm 6.4+; before, none). A
+        minor the library does not know (render 0 or UINT32_MAX, as it reports it) gives none."""
+        get = getattr(smi, "amdsmi_get_gpu_enumeration_info", None)
+        info = self._optional(get, h) if get is not None else None
+        if not isinstance(info, dict):
+            return None
+        card, render = _number(info.get("drm_card")), _number(info.get("drm_render"))
+        if card is None or render is None or render == 0 or _UINT32_MAX in (card, render):
+            return None
+        return f"gpu-{int(card)}-{int(render)}"
 
     def sample(self, device: DeviceInfo) -> GpuSample:
         smi = self._smi

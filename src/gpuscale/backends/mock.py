@@ -215,6 +215,7 @@ class MockBackend:
                     power_limit_watts=model.power_limit_watts,
                     vendor=model.vendor,
                     mig_enabled=bool(cfg.mig_profiles) if model.vendor is Vendor.NVIDIA else None,
+                    dra_name=f"gpu-{i + 1}-{128 + i}" if model.vendor is Vendor.AMD else None,
                 )
             )
             for gi, profile in enumerate(cfg.mig_profiles, start=1):

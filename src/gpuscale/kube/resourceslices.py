@@ -14,7 +14,8 @@ driver              attributes that name the GPU
 
 A part of a GPU (an NVIDIA MIG device, ``type: mig`` or with a ``parentUUID``; an AMD partition, ``type:
 amdgpu-partition``) is named by its ``uuid`` alone: its bus id is its parent's, and would name the whole GPU.
-NVIDIA's dynamic MIG devices have no ``uuid`` until prepared, so nothing names them here.
+NVIDIA's dynamic MIG devices have no ``uuid`` until prepared, so nothing names them here; AMD's devices are
+matched by their name first (``agent.attribution``), which their DRM minors give.
 
 ``devices`` maps ``dra_device_key(driver, pool, device)`` to those identities, UUID first, from the slices of
 each pool's newest generation (older ones are being replaced); the attribution matches them to the GPUs the
