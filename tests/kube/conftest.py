@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -83,3 +84,21 @@ async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
     while not predicate():
         assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
         await asyncio.sleep(0.005)
+
+
+@contextlib.asynccontextmanager
+async def running(watcher: Any) -> AsyncIterator[Any]:
+    """``watcher.run()`` as a task for the block, then cancelled (and awaited: it must end by cancellation)."""
+    task = asyncio.create_task(watcher.run())
+    try:
+        yield watcher
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def noop_sleep(seconds: float) -> None:
+    """A watcher's backoff, cut to a millisecond."""
+    await asyncio.sleep(0.001)
+

@@ -13,7 +13,7 @@ from gpuscale.kube.nodes import NodeLabelWatcher
 from gpuscale.kube.pods import NodePodWatcher
 from tests.fakes.apiserver import FakeApiServer, make_pod
 
-from .conftest import until
+from .conftest import running, until
 
 NODE = "gpu-node-1"
 
@@ -24,14 +24,8 @@ async def _noop_sleep(seconds: float) -> None:
 
 @pytest.fixture
 async def watcher(api: KubeApi) -> AsyncIterator[NodeLabelWatcher]:
-    w = NodeLabelWatcher(api, NODE, sleep=_noop_sleep)
-    task = asyncio.create_task(w.run())
-    try:
+    async with running(NodeLabelWatcher(api, NODE, sleep=_noop_sleep)) as w:
         yield w
-    finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
 
 
 async def test_reads_its_own_node_and_follows_label_changes(

@@ -19,7 +19,7 @@ from gpuscale.kube.pods import NodePodWatcher, WatchSettings, api_client_from, s
 from gpuscale.model import ContainerRef, PodInfo
 from tests.fakes.apiserver import FakeApiServer, make_pod
 
-from .conftest import until
+from .conftest import running, until
 
 NODE = "gpu-node-1"
 CID_A = "containerd://" + "a" * 64
@@ -44,14 +44,8 @@ def sleep() -> FakeSleep:
 
 @pytest.fixture
 async def watcher(api: KubeApi, sleep: FakeSleep) -> AsyncIterator[NodePodWatcher]:
-    w = NodePodWatcher(api, NODE, WatchSettings(page_size=2), sleep=sleep)
-    task = asyncio.create_task(w.run())
-    try:
+    async with running(NodePodWatcher(api, NODE, WatchSettings(page_size=2), sleep=sleep)) as w:
         yield w
-    finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
 
 
 def _relabel(**labels: str) -> Any:
