@@ -128,6 +128,8 @@ class GpuSample:
     row_remap_failed: bool | None = None
     pcie_tx_bytes_per_s: float | None = None  # over the last sampling interval (GPM)
     pcie_rx_bytes_per_s: float | None = None
+    nvlink_tx_bytes_per_s: float | None = None  # all links together
+    nvlink_rx_bytes_per_s: float | None = None
     # AMD's exporter names its sensors apart (temperature_celsius is the junction's, else the edge's)
     junction_temperature_celsius: float | None = None
     edge_temperature_celsius: float | None = None

@@ -87,6 +87,7 @@ async def test_series_for_every_gpu_within_two_intervals(start_agent: AgentFacto
     # PCIe rates in bytes/s, from the same GPM interval: the mock's GPU 3 at 40 % receives 2.4 GB/s
     rx = {lab["gpu"]: v for lab, v in series(text, "DCGM_FI_PROF_PCIE_RX_BYTES")}
     assert rx["3"] == pytest.approx(2.4e9) and len(series(text, "DCGM_FI_PROF_PCIE_TX_BYTES")) == 4
+    assert len(series(text, "DCGM_FI_PROF_NVLINK_RX_BYTES")) == len(series(text, "DCGM_FI_PROF_NVLINK_TX_BYTES")) == 4
 
 
 async def test_gpus_without_gpm_have_no_profiling_series(start_agent: AgentFactory) -> None:

@@ -126,7 +126,7 @@ def test_auto_prefers_nvml(gpus: list[FakeGpu]) -> None:
 
 # -- GPM: activity counters on Hopper and newer --------------------------------------------------------------
 SM, GR, OCC, TENSOR, DRAM = 2, 1, 3, 5, 10
-PCIE_TX, PCIE_RX = 20, 21  # MiB/s
+PCIE_TX, PCIE_RX, NVLINK_RX, NVLINK_TX = 20, 21, 60, 61  # MiB/s
 
 
 def test_gpm_activity_is_over_the_interval_since_the_previous_read(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -155,9 +155,10 @@ def test_gpm_activity_is_over_the_interval_since_the_previous_read(monkeypatch: 
     assert plain.sm_active is None and plain.gpu_utilization == 37.0
     assert module.state["calls"].count("nvmlGpmMetricsGet") == 2
     assert third.pcie_tx_bytes_per_s is None  # not in this interval's GPM values
-    h200.gpm = {PCIE_TX: 1500.0, PCIE_RX: 6000.5}
+    h200.gpm = {PCIE_TX: 1500.0, PCIE_RX: 6000.5, NVLINK_RX: 30000.0, NVLINK_TX: -1.0}
     rates = b.sample(d_h200)
     assert (rates.pcie_tx_bytes_per_s, rates.pcie_rx_bytes_per_s) == (1500.0 * 2**20, 6000.5 * 2**20)
+    assert rates.nvlink_rx_bytes_per_s == 30000.0 * 2**20 and rates.nvlink_tx_bytes_per_s is None  # < 0: none
     assert rates.sm_active is None and plain.pcie_rx_bytes_per_s is None
     b.close()
     assert module.state["gpm_allocated"] == set()  # both samples of the H200 freed
@@ -230,6 +231,7 @@ def test_the_fake_gpm_structures_are_the_bindings(monkeypatch: pytest.MonkeyPatc
     for name in ("NVML_GPM_METRICS_GET_VERSION", "NVML_GPM_METRIC_MAX", "NVML_GPM_METRIC_GRAPHICS_UTIL",
                  "NVML_GPM_METRIC_SM_UTIL", "NVML_GPM_METRIC_SM_OCCUPANCY", "NVML_GPM_METRIC_ANY_TENSOR_UTIL",
                  "NVML_GPM_METRIC_DRAM_BW_UTIL", "NVML_GPM_METRIC_PCIE_TX_PER_SEC", "NVML_GPM_METRIC_PCIE_RX_PER_SEC",
+                 "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC",
                  "NVML_FI_DEV_MEMORY_TEMP", "NVML_VALUE_TYPE_UNSIGNED_INT"):
         assert getattr(pynvml_fake, name) == getattr(real, name), name
     assert ctypes.sizeof(pynvml_fake.c_nvmlGpmSample_t) == ctypes.sizeof(real.c_nvmlGpmSample_t)

@@ -118,6 +118,18 @@ NVIDIA_SERIES: tuple[tuple[str, str, Getter], ...] = (
         "in bytes per second.",
         lambda s: s.pcie_rx_bytes_per_s,
     ),
+    (
+        "DCGM_FI_PROF_NVLINK_TX_BYTES",
+        "The rate of data transmitted over NVLink, all links, including both headers and payloads, in bytes "
+        "per second.",
+        lambda s: s.nvlink_tx_bytes_per_s,
+    ),
+    (
+        "DCGM_FI_PROF_NVLINK_RX_BYTES",
+        "The rate of data received over NVLink, all links, including both headers and payloads, in bytes per "
+        "second.",
+        lambda s: s.nvlink_rx_bytes_per_s,
+    ),
 )
 
 _XID = "DCGM_FI_DEV_XID_ERRORS"  # the last XID, read live from the backend (``xid_of``)

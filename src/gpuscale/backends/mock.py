@@ -329,7 +329,7 @@ class MockBackend:
 
 def _activity(util: float, *, whole_gpu: bool) -> dict[str, Any]:
     """GPM's counters at ``util`` % busy; a whole GPU also moves data over PCIe (an inference server: requests
-    in, results out), in bytes/s."""
+    in, results out) and NVLink (tensor-parallel all-reduces), in bytes/s."""
     out: dict[str, Any] = {
         "gr_engine_active": util,
         "sm_active": round(0.8 * util, 3),
@@ -338,7 +338,9 @@ def _activity(util: float, *, whole_gpu: bool) -> dict[str, Any]:
         "dram_active": round(0.35 * util, 3),
     }
     if whole_gpu:
-        out.update(pcie_rx_bytes_per_s=round(6e9 * util / 100), pcie_tx_bytes_per_s=round(1.5e9 * util / 100))
+        busy = util / 100
+        out.update(pcie_rx_bytes_per_s=round(6e9 * busy), pcie_tx_bytes_per_s=round(1.5e9 * busy))
+        out.update(nvlink_rx_bytes_per_s=round(40e9 * busy), nvlink_tx_bytes_per_s=round(40e9 * busy))
     return out
 
 

@@ -8,8 +8,8 @@ converted here, in ``_device_error``; a field the part does not support is ``Non
 Every read takes one, and ``nvmlGpmMetricsGet`` gives the engine, SM, occupancy, tensor and DRAM activity over
 the interval since the previous read: the sampling interval itself, with no extra wait. The first read of a
 device has no interval yet (``None``). A GPM failure leaves those fields ``None`` and never fails the read.
-The same request gives a whole GPU's PCIe transmit and receive rates (dcgm-exporter's
-``DCGM_FI_PROF_PCIE_{TX,RX}_BYTES``, for /metrics).
+The same request gives a whole GPU's PCIe and NVLink transmit and receive rates (dcgm-exporter's
+``DCGM_FI_PROF_{PCIE,NVLINK}_{TX,RX}_BYTES``, for /metrics).
 """
 
 from __future__ import annotations
@@ -70,6 +70,8 @@ _GPM_METRICS = (
 _GPM_RATES = (
     ("pcie_tx_bytes_per_s", 20),  # PCIE_TX_PER_SEC
     ("pcie_rx_bytes_per_s", 21),  # PCIE_RX_PER_SEC
+    ("nvlink_rx_bytes_per_s", 60),  # NVLINK_TOTAL_RX_PER_SEC, all links (DCGM computes its own this way)
+    ("nvlink_tx_bytes_per_s", 61),  # NVLINK_TOTAL_TX_PER_SEC
 )
 _MIB = 1 << 20
 _FI_DEV_MEMORY_TEMP = 82  # NVML_FI_DEV_MEMORY_TEMP: the HBM's temperature, °C (dcgm-exporter's MEMORY_TEMP)
