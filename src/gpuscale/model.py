@@ -72,6 +72,10 @@ class DeviceInfo:
     # The name its DRA driver publishes it under, where that follows from the device: AMD's gpu.amd.com
     # names a GPU or partition gpu-<DRM card minor>-<DRM render minor>
     dra_name: str | None = None
+    # Labels its vendor's exporter puts on every series of it that never change while it is open, beyond
+    # those gpuscale derives (AMD's: serial_number, gpu_partition_id, the partition types, deployment_mode,
+    # card_model); (name, value) pairs
+    vendor_labels: tuple[tuple[str, str], ...] = ()
 
     @property
     def is_mig(self) -> bool:

@@ -310,6 +310,15 @@ async def test_amd_series_as_amds_exporter_names_them(start_agent: AgentFactory)
     assert series(text, "gpu_edge_temperature")[0][1] == pytest.approx(junction - 8.0)
     assert series(text, "gpu_package_power")[0][1] == series(text, "gpu_power_usage")[0][1]
     assert not series(text, "DCGM_FI_DEV_GPU_UTIL")
+    # the labels AMD's exporter always sets, so its dashboards' selectors and groupings find these series
+    (labels, _), = series(text, "gpu_gfx_activity")
+    assert {k: labels[k] for k in ("gpu_id", "card_model", "hostname", "gpu_partition_id",
+                                   "gpu_compute_partition_type", "gpu_memory_partition_type",
+                                   "deployment_mode")} == {
+        "gpu_id": "0", "card_model": "AMD Instinct MI300X", "hostname": "node-a", "gpu_partition_id": "0",
+        "gpu_compute_partition_type": "spx", "gpu_memory_partition_type": "nps1", "deployment_mode": "baremetal",
+    }
+    assert labels["serial_number"]
 
 
 async def test_the_xid_of_a_gpu_that_fell_off_the_bus_reaches_metrics(

@@ -112,3 +112,32 @@ def test_dra_name_from_the_drm_minors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "amdsmi", make_module(gpus, enumeration=False))  # amdsmi before 6.4
     assert [d.dra_name for d in open_backend("amdsmi").devices()] == [None, None, None]
 
+
+def test_labels_as_amds_exporter_sets_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpus = [
+        FakeAmdGpu("g0"),
+        FakeAmdGpu("g1", compute_partition="CPX", memory_partition="NPS4", partition_id=3, virtualization_mode=3),
+        FakeAmdGpu("g2", model_number="N/A", product_serial="N/A", compute_partition=None, memory_partition=None,
+                   market_name="AMD Radeon PRO W7900", virtualization_mode=0),
+    ]
+    monkeypatch.setitem(sys.modules, "amdsmi", make_module(gpus))
+    g0, g1, g2 = (dict(d.vendor_labels) for d in open_backend("amdsmi").devices())
+    assert g0 == {
+        "card_model": "102-G30211-00",  # the board's part number, as the exporter's card_model
+        "serial_number": "692251001124",
+        "gpu_partition_id": "0",
+        "gpu_compute_partition_type": "spx",
+        "gpu_memory_partition_type": "nps1",
+        "deployment_mode": "baremetal",
+    }
+    assert (g1["gpu_compute_partition_type"], g1["gpu_memory_partition_type"], g1["gpu_partition_id"]) == (
+        "cpx", "nps4", "3")
+    assert g1["deployment_mode"] == "vm_vf"  # a guest on an SR-IOV virtual function
+    # a GPU that cannot be partitioned, with no board data: the exporter's values for "none" and "unknown"
+    assert g2 == {"card_model": "AMD Radeon PRO W7900", "serial_number": "", "gpu_partition_id": "0",
+                  "gpu_compute_partition_type": "none", "gpu_memory_partition_type": "none",
+                  "deployment_mode": "unknown"}
+    # an AMD SMI before ROCm 6.4: the partition id from the KFD info
+    monkeypatch.setitem(sys.modules, "amdsmi", make_module(gpus, enumeration=False))
+    assert dict(open_backend("amdsmi").devices()[1].vendor_labels)["gpu_partition_id"] == "3"
+

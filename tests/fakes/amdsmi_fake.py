@@ -60,6 +60,12 @@ class FakeAmdGpu:
     fail: int | None = None
     drm_card: int = 1  # amdsmi_get_gpu_enumeration_info (ROCm 6.4+); render 0 or UINT32_MAX: unknown
     drm_render: int = 128
+    model_number: str = "102-G30211-00"  # the board's part number ("N/A" when unknown)
+    product_serial: str = "692251001124"
+    compute_partition: str | None = "SPX"  # None: the GPU cannot be partitioned (NOT_SUPPORTED)
+    memory_partition: str | None = "NPS1"
+    partition_id: int = 0  # in the accelerator partition profile; 0xFFFFFFFF: none
+    virtualization_mode: int = 1  # amdsmi_virtualization_mode_t: 1 BAREMETAL
 
 
 def make_module(
@@ -108,12 +114,32 @@ def make_module(
     m.amdsmi_get_temp_metric = temp  # type: ignore[attr-defined]
     m.amdsmi_get_clock_info = lambda g, t: {"clk": h(g).gfx_clk, "min_clk": 500, "max_clk": 2100}  # type: ignore[attr-defined]
     m.amdsmi_get_gpu_process_list = lambda g: list(h(g).processes)  # type: ignore[attr-defined]
-    if enumeration:
+    def partition(value: str | None) -> str:
+        if value is None:
+            raise AmdSmiLibraryException(AMDSMI_STATUS_NOT_SUPPORTED)
+        return value
+
+    m.amdsmi_get_gpu_board_info = lambda g: {  # type: ignore[attr-defined]
+        "model_number": h(g).model_number,
+        "product_serial": g.product_serial,
+        "fru_id": "N/A",
+        "product_name": g.market_name,
+        "manufacturer_name": "AMD",
+    }
+    m.amdsmi_get_gpu_compute_partition = lambda g: partition(h(g).compute_partition)  # type: ignore[attr-defined]
+    m.amdsmi_get_gpu_memory_partition = lambda g: partition(h(g).memory_partition)  # type: ignore[attr-defined]
+    m.amdsmi_get_gpu_virtualization_mode = lambda g: {"mode": h(g).virtualization_mode}  # type: ignore[attr-defined]
+    m.amdsmi_get_gpu_kfd_info = lambda g: {"kfd_id": 1, "node_id": 2, "current_partition_id": h(g).partition_id}  # type: ignore[attr-defined]
+    if enumeration:  # the calls of ROCm 6.4 and newer
         m.amdsmi_get_gpu_enumeration_info = lambda g: {  # type: ignore[attr-defined]
             "drm_card": h(g).drm_card,
             "drm_render": g.drm_render,
             "hsa_id": 0,
             "hip_id": 0,
             "hip_uuid": "GPU-" + g.uuid,
+        }
+        m.amdsmi_get_gpu_accelerator_partition_profile = lambda g: {  # type: ignore[attr-defined]
+            "partition_id": [h(g).partition_id, 0xFFFFFFFF],
+            "num_partitions": 1,
         }
     return m

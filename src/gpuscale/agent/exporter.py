@@ -2,8 +2,9 @@
 
 NVIDIA GPUs get dcgm-exporter's names and labels (``DCGM_FI_DEV_GPU_UTIL{gpu, UUID, pci_bus_id, device,
 modelName, Hostname, container, namespace, pod}``), AMD GPUs the AMD device-metrics-exporter's
-(``gpu_gfx_activity{gpu_id, card_model, hostname, …}``). A GPU held by several containers (time-slicing, MPS)
-gets one series per container. A GPU whose reads fail keeps its last values (see
+(``gpu_gfx_activity{gpu_id, card_model, serial_number, gpu_partition_id, gpu_compute_partition_type,
+gpu_memory_partition_type, deployment_mode, hostname, …}``). A GPU held by several containers
+(time-slicing, MPS) gets one series per container. A GPU whose reads fail keeps its last values (see
 ``gpuscale_agent_sample_age_seconds``); a GPU never read yields nothing: a failed GPU means fewer samples,
 never a failed scrape. Per-container shares of shared GPUs are ``DCGM_CUSTOM_*``.
 """
@@ -370,6 +371,7 @@ class GpuCollector(Collector):
                 base["DCGM_FI_DRIVER_VERSION"] = d.driver_version
         else:
             base = {"gpu_id": str(d.index), "gpu_uuid": d.uuid, "card_model": d.name, "hostname": node}
+            base.update(d.vendor_labels)
         holders = sorted(
             held if held is not None else {a.container for a in view.assignments},
             key=lambda c: (c.namespace, c.pod, c.container),

@@ -5,6 +5,14 @@ Units, from AMD's API reference: activity in percent (``"N/A"`` when unknown); V
 ``amdsmi_get_gpu_vram_usage`` in MB; power from ``amdsmi_get_power_info`` in W (``socket_power``, else
 ``current_socket_power``, else ``average_socket_power``); the power cap from ``amdsmi_get_power_cap_info``
 in µW on bare metal; temperatures in °C (older releases documented millidegrees: values over 1000 are scaled).
+
+Labels as AMD's device-metrics-exporter sets them (its gpuagent reads the same AMD SMI calls):
+``card_model`` is the board's ``model_number``, else the ASIC's ``market_name``; ``serial_number`` the board's
+``product_serial``; ``gpu_compute_partition_type`` and ``gpu_memory_partition_type`` lower-case (``spx``,
+``nps1``; ``none`` where the GPU cannot be partitioned); ``gpu_partition_id`` from the accelerator partition
+profile, else the KFD info, else ``NA``; ``deployment_mode`` from the virtualization mode (``baremetal``,
+``hypervisor``, ``vm_vf``, ``vm_pf``, else ``unknown``). A call this AMD SMI lacks gives the exporter's value
+for "unknown".
 """
 
 from __future__ import annotations
@@ -45,6 +53,16 @@ def _device_error(uuid: str, e: Exception) -> DeviceError:
 
 
 _UINT32_MAX = 2**32 - 1
+_COMPUTE_PARTITIONS = frozenset({"spx", "dpx", "tpx", "qpx", "cpx"})
+_MEMORY_PARTITIONS = frozenset({"nps1", "nps2", "nps4", "nps8"})
+# amdsmi_virtualization_mode_t → the exporter's deployment_mode
+_DEPLOYMENT_MODES = {1: "baremetal", 2: "hypervisor", 3: "vm_vf", 4: "vm_pf"}
+
+
+def _text(value: Any) -> str:
+    """A string AMD SMI reports, with its "N/A" as the exporter's empty string."""
+    text = "" if value is None else str(value).strip()
+    return "" if text.upper() == "N/A" else text
 
 
 def _number(value: Any) -> float | None:
@@ -126,6 +144,7 @@ class AmdSmiBackend:
             total = _number(vram.get("vram_total"))
             cap_uw = _number(cap.get("power_cap"))
             dra_name = self._dra_name(smi, h)
+            labels = self._vendor_labels(smi, h, str(asic.get("market_name") or "AMD GPU"))
             self._handles[uuid] = h
             devices.append(
                 DeviceInfo(
@@ -137,16 +156,45 @@ class AmdSmiBackend:
                     power_limit_watts=None if cap_uw is None else cap_uw / 1e6,
                     vendor=Vendor.AMD,
                     dra_name=dra_name,
+                    vendor_labels=labels,
                 )
             )
         self._devices = tuple(devices)
+
+    def _call(self, smi: ModuleType, name: str, h: Any) -> Any:
+        """``smi.<name>(h)``; ``None`` where this AMD SMI lacks the call or the GPU the field."""
+        fn = getattr(smi, name, None)
+        return None if fn is None else self._optional(fn, h)
+
+    def _vendor_labels(self, smi: ModuleType, h: Any, market_name: str) -> tuple[tuple[str, str], ...]:
+        board = self._call(smi, "amdsmi_get_gpu_board_info", h) or {}
+        compute = _text(self._call(smi, "amdsmi_get_gpu_compute_partition", h)).lower()
+        memory = _text(self._call(smi, "amdsmi_get_gpu_memory_partition", h)).lower()
+        mode = self._call(smi, "amdsmi_get_gpu_virtualization_mode", h) or {}
+        raw_mode = _number(mode.get("mode")) if isinstance(mode, dict) else None
+        return (
+            ("card_model", _text(board.get("model_number")) or market_name),
+            ("serial_number", _text(board.get("product_serial"))),
+            ("gpu_partition_id", self._partition_id(smi, h)),
+            ("gpu_compute_partition_type", compute if compute in _COMPUTE_PARTITIONS else "none"),
+            ("gpu_memory_partition_type", memory if memory in _MEMORY_PARTITIONS else "none"),
+            ("deployment_mode", _DEPLOYMENT_MODES.get(int(raw_mode), "unknown") if raw_mode else "unknown"),
+        )
+
+    def _partition_id(self, smi: ModuleType, h: Any) -> str:
+        profile = self._call(smi, "amdsmi_get_gpu_accelerator_partition_profile", h)
+        ids = profile.get("partition_id") if isinstance(profile, dict) else None
+        first = _number(ids[0]) if isinstance(ids, list | tuple) and ids else None
+        if first is None:
+            kfd = self._call(smi, "amdsmi_get_gpu_kfd_info", h)
+            first = _number(kfd.get("current_partition_id")) if isinstance(kfd, dict) else None
+        return "NA" if first is None else str(int(first))
 
     def _dra_name(self, smi: ModuleType, h: Any) -> str | None:
         """``gpu-<card>-<render>``, the name AMD's DRA driver gives this GPU or partition (its exporter's DRA
         key), from the DRM minors ``amdsmi_get_gpu_enumeration_info`` reports (ROCm 6.4+; before, none). A
         minor the library does not know (render 0 or UINT32_MAX, as it reports it) gives none."""
-        get = getattr(smi, "amdsmi_get_gpu_enumeration_info", None)
-        info = self._optional(get, h) if get is not None else None
+        info = self._call(smi, "amdsmi_get_gpu_enumeration_info", h)
         if not isinstance(info, dict):
             return None
         card, render = _number(info.get("drm_card")), _number(info.get("drm_render"))

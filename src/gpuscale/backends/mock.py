@@ -216,6 +216,7 @@ class MockBackend:
                     vendor=model.vendor,
                     mig_enabled=bool(cfg.mig_profiles) if model.vendor is Vendor.NVIDIA else None,
                     dra_name=f"gpu-{i + 1}-{128 + i}" if model.vendor is Vendor.AMD else None,
+                    vendor_labels=_amd_labels(model, i) if model.vendor is Vendor.AMD else (),
                 )
             )
             for gi, profile in enumerate(cfg.mig_profiles, start=1):
@@ -325,6 +326,18 @@ class MockBackend:
             **activity,
             **health,
         )
+
+
+def _amd_labels(model: MockModel, index: int) -> tuple[tuple[str, str], ...]:
+    """An unpartitioned GPU on bare metal, as AMD's exporter labels it."""
+    return (
+        ("card_model", model.name),
+        ("serial_number", f"MOCK{index:012d}"),
+        ("gpu_partition_id", "0"),
+        ("gpu_compute_partition_type", "spx"),
+        ("gpu_memory_partition_type", "nps1"),
+        ("deployment_mode", "baremetal"),
+    )
 
 
 def _activity(util: float, *, whole_gpu: bool) -> dict[str, Any]:
