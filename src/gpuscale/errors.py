@@ -4,6 +4,7 @@ Hierarchy::
 
     GpuscaleError
     └── UsageError          bad input the user can fix (flag, file, pattern); the CLI prints it and exits 2
+        └── ListenError     a server cannot listen on the address it was given (in use, not this host's)
 
 Layers add their own under these: ``gpuscale.backends.errors`` (GPU reads), ``gpuscale.sim.errors``
 (scenario files), ``gpuscale.scaler.errors`` (trigger metadata).
@@ -11,7 +12,7 @@ Layers add their own under these: ``gpuscale.backends.errors`` (GPU reads), ``gp
 
 from __future__ import annotations
 
-__all__ = ["GpuscaleError", "UsageError"]
+__all__ = ["GpuscaleError", "ListenError", "UsageError"]
 
 
 class GpuscaleError(Exception):
@@ -20,3 +21,15 @@ class GpuscaleError(Exception):
 
 class UsageError(GpuscaleError):
     """Input the user can fix. The message is one line: what was wrong and what to do."""
+
+
+class ListenError(UsageError):
+    """A server cannot listen on ``address``: ``flag`` (``--grpc-address``…) says which setting gave it."""
+
+    def __init__(self, flag: str, address: str, reason: str) -> None:
+        self.flag, self.address, self.reason = flag, address, reason
+        super().__init__(
+            f"{flag} {address}: cannot listen there ({reason}); is another process using the port, "
+            "or is the address not this host's?"
+        )
+

@@ -10,7 +10,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from .netaddr import any_address_socket
+from .errors import ListenError
+from .netaddr import any_address_socket, join_host_port
 
 __all__ = ["make_app", "serve_app"]
 
@@ -41,20 +42,25 @@ def make_app(
     return app
 
 
-async def serve_app(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+async def serve_app(
+    app: web.Application, host: str, port: int, *, flag: str = "--metrics-address"
+) -> tuple[web.AppRunner, int]:
     """Serve ``app`` on ``host:port`` (port 0: a free one). Returns the runner (``cleanup()`` to stop) and
-    the bound port."""
+    the bound port. ``ListenError`` (naming ``flag``) when the address cannot be listened on."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site: web.BaseSite
-    if host in ("", "::"):  # every address family, on one port: one dual-stack socket, as gRPC binds [::]
-        sock = any_address_socket(port)
-        site = web.SockSite(runner, sock)
-        bound = sock.getsockname()[1]
-    else:
-        site = web.TCPSite(runner, host, port)
     try:
+        if host in ("", "::"):  # every address family, on one port: one dual-stack socket, as gRPC binds [::]
+            sock = any_address_socket(port)
+            site = web.SockSite(runner, sock)
+            bound = sock.getsockname()[1]
+        else:
+            site = web.TCPSite(runner, host, port)
         await site.start()
+    except OSError as e:
+        await runner.cleanup()
+        raise ListenError(flag, join_host_port(host, port), e.strerror or str(e)) from e
     except BaseException:
         await runner.cleanup()
         raise

@@ -17,8 +17,18 @@ from pathlib import Path
 from typing import cast
 
 import grpc
+import grpc.aio
 
-__all__ = ["ClientTls", "TlsFiles", "channel_credentials", "channel_options", "server_credentials"]
+from .errors import ListenError
+
+__all__ = [
+    "ClientTls",
+    "TlsFiles",
+    "add_server_port",
+    "channel_credentials",
+    "channel_options",
+    "server_credentials",
+]
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +102,19 @@ def server_credentials(tls: TlsFiles) -> grpc.ServerCredentials:
     return grpc.dynamic_ssl_server_credentials(
         reloader.initial, fetch, require_client_authentication=tls.client_ca is not None
     )
+
+
+def add_server_port(
+    server: grpc.aio.Server, address: str, tls: TlsFiles | None, *, flag: str = "--grpc-address"
+) -> int:
+    """Listen on ``address`` (over TLS with ``tls``); the port bound. ``ListenError`` (naming ``flag``) when
+    gRPC cannot bind it: gRPC says only "Failed to bind"."""
+    try:
+        if tls is not None:
+            return server.add_secure_port(address, server_credentials(tls))
+        return server.add_insecure_port(address)
+    except RuntimeError as e:
+        raise ListenError(flag, address, "gRPC could not bind it") from e
 
 
 def channel_credentials(tls: ClientTls) -> grpc.ChannelCredentials:

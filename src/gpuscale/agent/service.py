@@ -27,7 +27,7 @@ from ..kube.podresources import PodResourcesClient
 from ..lifecycle import cancel_tasks, within
 from ..model import ContainerRef, PodInfo
 from ..netaddr import join_host_port, split_address
-from ..tls import server_credentials
+from ..tls import add_server_port
 from .attribution import attribute
 from .exporter import AgentMetrics, GpuCollector
 from .owners import OwnerResolver
@@ -193,10 +193,7 @@ class Agent:
         ]
         reflection.enable_server_reflection(names, server)
         address = join_host_port(*split_address(self.settings.grpc_address))
-        if self.settings.tls is not None:
-            self.grpc_port = server.add_secure_port(address, server_credentials(self.settings.tls))
-        else:
-            self.grpc_port = server.add_insecure_port(address)
+        self.grpc_port = add_server_port(server, address, self.settings.tls)
         await server.start()
         await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
         await health_servicer.set(names[0], health_pb2.HealthCheckResponse.SERVING)

@@ -149,14 +149,14 @@ async def serve(settings: AgentSettings, backend: Backend) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await agent.start()
-    log.info(
-        "agent %s serving gRPC on :%d and metrics on :%d",
-        agent.settings.node_name,
-        agent.grpc_port,
-        agent.metrics_port,
-    )
     try:
+        await agent.start()  # a failed start (an address in use) still stops what it had started
+        log.info(
+            "agent %s serving gRPC on :%d and metrics on :%d",
+            agent.settings.node_name,
+            agent.grpc_port,
+            agent.metrics_port,
+        )
         await stop.wait()
     finally:
         await agent.stop()

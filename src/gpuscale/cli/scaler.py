@@ -164,14 +164,14 @@ async def serve(settings: ScalerSettings, profiles: ProfileSet | None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await scaler.start()
-    log.info(
-        "scaler serving gRPC on :%d%s and metrics on :%d",
-        scaler.grpc_port,
-        " (TLS)" if settings.tls else "",
-        scaler.metrics_port,
-    )
     try:
+        await scaler.start()  # a failed start (an address in use) still stops what it had started
+        log.info(
+            "scaler serving gRPC on :%d%s and metrics on :%d",
+            scaler.grpc_port,
+            " (TLS)" if settings.tls else "",
+            scaler.metrics_port,
+        )
         await stop.wait()
     finally:
         await scaler.stop()

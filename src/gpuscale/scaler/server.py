@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from ..httpserve import make_app, serve_app
 from ..lifecycle import cancel_tasks, within
 from ..netaddr import join_host_port, parse_host_port, split_address
-from ..tls import TlsFiles, server_credentials
+from ..tls import TlsFiles, add_server_port, server_credentials
 from .discovery import Discovery, DnsDiscovery, StaticDiscovery, follow
 from .ingest import WorkerPool
 from .metadata import MetadataCache
@@ -163,10 +163,7 @@ class Scaler:
         names = [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME]
         reflection.enable_server_reflection(names, server)
         address = join_host_port(*split_address(self.settings.grpc_address))
-        if self.settings.tls is not None:
-            self.grpc_port = server.add_secure_port(address, server_credentials(self.settings.tls))
-        else:
-            self.grpc_port = server.add_insecure_port(address)
+        self.grpc_port = add_server_port(server, address, self.settings.tls)
         await server.start()
         await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
         await health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
