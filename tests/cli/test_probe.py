@@ -157,3 +157,10 @@ def test_a_single_probe_of_nvml_has_gpm_activity(monkeypatch: pytest.MonkeyPatch
             fresh.close()
     finally:
         backend.close()
+
+
+def test_amd_json_has_the_exporters_labels_as_an_object() -> None:
+    r = gpuscale("probe", "--backend", "mock", "--mock-model", "mi300x", "--json")
+    assert r.returncode == 0, r.stderr
+    (g,) = json.loads(r.stdout)["gpus"]
+    assert g["vendor_labels"]["gpu_compute_partition_type"] == "spx" and g["dra_name"] == "gpu-1-128"

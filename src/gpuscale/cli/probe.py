@@ -37,6 +37,7 @@ def gpu_record(
     rec: dict[str, Any] = dataclasses.asdict(device)
     rec["vendor"] = device.vendor.value
     rec["device"] = device.device_name
+    rec["vendor_labels"] = dict(device.vendor_labels)  # as the vendor's exporter labels it: an object
     if sample is not None:
         reading = dataclasses.asdict(sample)
         reading.pop("uuid")
