@@ -91,7 +91,7 @@ async def test_list_then_follow_adds_modifies_deletes(
 
         # A status-only change moves the resourceVersion but is not a change for the agent.
         v = w.version
-        pod = apiserver.modify_pod("ml", "b", lambda p: p["status"].update(phase="Succeeded"))
+        pod = apiserver.modify_pod("ml", "b", lambda p: p["status"]["conditions"][0].update(status="False"))
         await until(lambda: w.resource_version == pod["metadata"]["resourceVersion"])
         assert w.version == v
 
@@ -102,6 +102,10 @@ async def test_list_then_follow_adds_modifies_deletes(
         apiserver.delete_pod("ml", "d")
         await until(lambda: w.container(CID_B) is None)
         assert sorted(w.snapshot()) == [("ml", "a"), ("ml", "b")]
+        # A pod that finished holds no GPU and is no workload's: dropped (a Job's pods stay on the node).
+        apiserver.modify_pod("ml", "b", lambda p: p["status"].update(phase="Succeeded"))
+        await until(lambda: w.pod("ml", "b") is None)
+        assert sorted(w.snapshot()) == [("ml", "a")] and w.pod_by_uid("uid-b") is None
         assert w.lists == 1 and sleep.delays == []
     finally:
         task.cancel()

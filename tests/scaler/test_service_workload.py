@@ -117,6 +117,43 @@ async def test_workload_without_pods_reports_zero_and_inactive(
     assert not await client.active(nothing)
 
 
+async def test_pods_on_gpu_nodes_without_an_attributed_gpu_are_unavailable_not_zero(
+    cluster: Cluster, keda: Callable[[int], KedaClient]
+) -> None:
+    """The workload's pods run on GPU nodes, yet the agents can name none of their GPUs (attribution broken:
+    no kubelet socket, no ResourceSlice for a claim): 0 would scale it down, so the answer is UNAVAILABLE,
+    and KEDA keeps the replicas (or applies its fallback). A pod that has finished counts as no pod."""
+    await two_nodes(cluster)
+    cluster.apiserver.add_pod(make_pod("default", "vlm-0", node="node-a", labels={"app": "vlm"}))
+    cluster.apiserver.add_pod(make_pod("default", "vlm-1", node="node-b", labels={"app": "vlm"}))
+    scaler = await cluster.scaler()
+    client = keda(scaler.grpc_port)
+    await settled(client, LLM, 120)  # the agents' state has arrived
+    vlm = {**LLM, "podSelector": "app=vlm"}
+    code, message = await client.code_of(client.value(vlm))
+    assert code == grpc.StatusCode.UNAVAILABLE
+    assert message.startswith("ScaledObject default/so: 2 pods run on GPU nodes, but no GPU is attributed")
+    assert (await client.code_of(client.active(vlm)))[0] == grpc.StatusCode.UNAVAILABLE
+
+    # once the kubelet reports the pod's GPU, the value is back
+    n = cluster.nodes["node-a"]
+    n.kubelet.pods.append(pod_resources("default", "vlm-0", {"main": [("nvidia.com/gpu", [n.uuids[1]])]}))
+    await settled(client, vlm, 10)  # 1 pod with samples x 10 %
+    # pods that finished (a Job's, say) are no pods: the workload has none and reports 0. A running pod
+    # added after it on the same node marks when node-b's agent has seen both.
+    cluster.apiserver.add_pod(make_pod("default", "job-0", node="node-b", labels={"app": "job"}, phase="Succeeded"))
+    cluster.apiserver.add_pod(make_pod("default", "mark-0", node="node-b", labels={"app": "mark"}))
+
+    async def marker_seen() -> bool:
+        code, _ = await client.code_of(client.value({**LLM, "podSelector": "app=mark"}))
+        return code == grpc.StatusCode.UNAVAILABLE  # its pod known, holding no GPU
+
+    await until(marker_seen, what="node-b's agent has seen the pods")
+    job = {**LLM, "podSelector": "app=job"}
+    assert await client.value(job) == 0
+    assert not await client.active(job)
+
+
 async def test_a_pod_moving_to_another_node(cluster: Cluster, keda: Callable[[int], KedaClient]) -> None:
     await cluster.node("node-a", "constant:30,constant:30", gpus=2)
     await cluster.node("node-b", "constant:90,constant:90", gpus=2)

@@ -3,7 +3,8 @@
 The agent needs a pod's UID and labels, and which container a container id (from a PID's cgroup) belongs to.
 One watch per node replaces per-scrape ``GET``s, which hit client-side throttling in dcgm-exporter (#551).
 ``changed`` is set (and ``version`` bumped) whenever the UIDs, labels or container ids change; status-only
-updates do not count.
+updates do not count. A pod that has finished (``Succeeded``, ``Failed``) is dropped: it holds no GPU, and a
+workload whose pods all finished has none on this node.
 """
 
 from __future__ import annotations
@@ -55,7 +56,21 @@ class _Entry:
     containers: dict[str, ContainerRef]
 
 
+_TERMINAL = ("Succeeded", "Failed")  # a finished pod holds no device and runs no process
+
+
+def _key_of(obj: Json) -> PodKey | None:
+    meta = obj.get("metadata") or {}
+    namespace, name = meta.get("namespace"), meta.get("name")
+    if not isinstance(namespace, str) or not isinstance(name, str) or not namespace or not name:
+        return None
+    return namespace, name
+
+
 def _entry_from(obj: Json) -> _Entry | None:
+    """What the agent keeps of a pod; ``None`` for a finished one (it is no workload's any more)."""
+    if (obj.get("status") or {}).get("phase") in _TERMINAL:
+        return None
     meta = obj.get("metadata") or {}
     namespace, name = meta.get("namespace"), meta.get("name")
     if not isinstance(namespace, str) or not isinstance(name, str) or not namespace or not name:
@@ -126,8 +141,12 @@ class NodePodWatcher(NodeListWatch):
 
     def _upsert(self, obj: Json) -> bool:
         entry = _entry_from(obj)
-        if entry is None:
-            return False
+        if entry is None:  # a pod that finished (or is not a pod) is no longer kept
+            key_ = _key_of(obj)
+            if key_ is None or self._pods.pop(key_, None) is None:
+                return False
+            self._reindex()
+            return True
         key = (entry.info.namespace, entry.info.name)
         if self._pods.get(key) == entry:
             return False
@@ -136,8 +155,8 @@ class NodePodWatcher(NodeListWatch):
         return True
 
     def _delete(self, obj: Json) -> bool:
-        entry = _entry_from(obj)
-        if entry is None or self._pods.pop((entry.info.namespace, entry.info.name), None) is None:
+        key = _key_of(obj)
+        if key is None or self._pods.pop(key, None) is None:
             return False
         self._reindex()
         return True

@@ -9,7 +9,8 @@ Failure semantics (``status.py`` maps errors to codes):
 * invalid metadata: ``INVALID_ARGUMENT`` with the ``MetadataError`` message, on every call;
 * ``GetMetricSpec`` answers from the metadata alone, so KEDA's fallback keeps working;
 * no agent data yet, or no fresh sample for the GPUs in scope: ``UNAVAILABLE`` from ``GetMetrics`` and
-  ``IsActive`` (never a made-up 0); a workload with no pods reports 0 and inactive;
+  ``IsActive`` (never a made-up 0); a workload with no pods on GPU nodes reports 0 and inactive, one whose
+  pods run there but hold no GPU the agents can name is ``UNAVAILABLE`` too;
 * an unexpected exception is logged and answered ``INTERNAL`` for that call only.
 
 ``StreamIsActive`` sends the current activity at once, then each change, evaluated on every agent update that
@@ -37,7 +38,7 @@ from .metadata import MetadataCache, TriggerMetadata, metric_name, target
 from .metrics import ScalerMetrics
 from .selector import LabelSelector, parse_selector
 from .source import ChangeFeed, GpuSource, Query
-from .status import EmptyPool, NotReady, NoWorkloadSelector, ScopeNotServed, status_code
+from .status import EmptyPool, NotReady, NoWorkloadSelector, ScopeNotServed, UnattributedPods, status_code
 from .wire import (
     ScaledObjectKey,
     is_active_response,
@@ -98,7 +99,7 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         async def answer() -> pb.GetMetricsResponse:
             key = scaled_object_key(request.scaledObjectRef)
             md = self._parse(key)
-            result = self.evaluate(md, await self.query(key, md))
+            result = self.evaluate(md, await self.query(key, md), key=key)
             return metric_value_response(request.metricName or metric_name(md), result.value)
 
         return await self._unary("GetMetrics", context, answer)
@@ -107,7 +108,7 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         async def answer() -> pb.IsActiveResponse:
             key = scaled_object_key(request)
             md = self._parse(key)
-            return is_active_response(self.evaluate(md, await self.query(key, md)).active)
+            return is_active_response(self.evaluate(md, await self.query(key, md), key=key).active)
 
         return await self._unary("IsActive", context, answer)
 
@@ -132,7 +133,7 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
                         if feed is not None:
                             feed.close()
                         query, feed = fresh, self.source.feed(fresh)
-                    active: bool | None = self.evaluate(md, query, feed).active
+                    active: bool | None = self.evaluate(md, query, feed, key).active
                 except Exception as e:
                     if status_code(e) not in _WAIT_CODES:
                         raise
@@ -186,7 +187,13 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
             selector = self._selector(key, await self.resolver.selector(key.namespace, key.name))
         return Query("workload", namespace, selector)
 
-    def evaluate(self, md: TriggerMetadata, query: Query, feed: ChangeFeed | None = None) -> Evaluation:
+    def evaluate(
+        self,
+        md: TriggerMetadata,
+        query: Query,
+        feed: ChangeFeed | None = None,
+        key: ScaledObjectKey | None = None,
+    ) -> Evaluation:
         """Evaluate ``md`` over the GPUs of ``query`` now; raise ``NoDataError``/``NotReady`` without data."""
         problem = self.source.problem()
         if problem is not None:
@@ -195,6 +202,9 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         if feed is not None:
             feed.follow(selection.uuids)
         if query.scope == "workload" and not selection.series:
+            if selection.pods:
+                where = f"ScaledObject {key.namespace}/{key.name}" if key is not None else "the workload"
+                raise UnattributedPods(where, selection.pods)
             return _NO_PODS
         if query.scope == "pool" and not selection.series:
             raise EmptyPool(query.node_selector, self.source.node_count())
