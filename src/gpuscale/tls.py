@@ -22,6 +22,7 @@ import grpc.aio
 from .errors import ListenError
 
 __all__ = [
+    "SERVER_OPTIONS",
     "ClientTls",
     "TlsFiles",
     "add_server_port",
@@ -102,6 +103,11 @@ def server_credentials(tls: TlsFiles) -> grpc.ServerCredentials:
     return grpc.dynamic_ssl_server_credentials(
         reloader.initial, fetch, require_client_authentication=tls.client_ca is not None
     )
+
+
+# gRPC sets SO_REUSEPORT by default: a second server on a port another one holds would bind too, and the two
+# would split the connections. Off, the second one's bind fails (ListenError).
+SERVER_OPTIONS = [("grpc.so_reuseport", 0)]
 
 
 def add_server_port(

@@ -319,6 +319,9 @@ async def test_amd_series_as_amds_exporter_names_them(start_agent: AgentFactory)
         "gpu_compute_partition_type": "spx", "gpu_memory_partition_type": "nps1", "deployment_mode": "baremetal",
     }
     assert labels["serial_number"]
+    # the agent's own per-GPU series name the node as the GPU's series do: AMD's hostname
+    (up_labels, _), = series(text, "gpuscale_agent_gpu_up")
+    assert up_labels["hostname"] == "node-a" and "Hostname" not in up_labels
 
 
 async def test_the_xid_of_a_gpu_that_fell_off_the_bus_reaches_metrics(

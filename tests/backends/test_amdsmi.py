@@ -133,11 +133,31 @@ def test_labels_as_amds_exporter_sets_them(monkeypatch: pytest.MonkeyPatch) -> N
     assert (g1["gpu_compute_partition_type"], g1["gpu_memory_partition_type"], g1["gpu_partition_id"]) == (
         "cpx", "nps4", "3")
     assert g1["deployment_mode"] == "vm_vf"  # a guest on an SR-IOV virtual function
-    # a GPU that cannot be partitioned, with no board data: the exporter's values for "none" and "unknown"
+    # a GPU that cannot be partitioned, with no board data, of an unknown mode: the exporter's defaults
     assert g2 == {"card_model": "AMD Radeon PRO W7900", "serial_number": "", "gpu_partition_id": "0",
                   "gpu_compute_partition_type": "none", "gpu_memory_partition_type": "none",
-                  "deployment_mode": "unknown"}
+                  "deployment_mode": "baremetal"}
     # an AMD SMI before ROCm 6.4: the partition id from the KFD info
     monkeypatch.setitem(sys.modules, "amdsmi", make_module(gpus, enumeration=False))
     assert dict(open_backend("amdsmi").devices()[1].vendor_labels)["gpu_partition_id"] == "3"
+
+
+def test_a_label_call_that_fails_costs_the_label_not_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Some AMD SMI calls need privileges the agent may lack: the GPU is still discovered and read."""
+    module = make_module([FakeAmdGpu("g0")])
+
+    def denied(g: object) -> object:
+        raise module.AmdSmiLibraryException(10)  # AMDSMI_STATUS_NO_PERM
+
+    for name in ("amdsmi_get_gpu_virtualization_mode", "amdsmi_get_gpu_board_info",
+                 "amdsmi_get_gpu_accelerator_partition_profile", "amdsmi_get_gpu_enumeration_info"):
+        setattr(module, name, denied)
+    monkeypatch.setitem(sys.modules, "amdsmi", module)
+    b = open_backend("amdsmi")
+    (d,) = b.devices()
+    labels = dict(d.vendor_labels)
+    assert (labels["deployment_mode"], labels["card_model"], labels["serial_number"]) == (
+        "baremetal", "AMD Instinct MI300X", "")
+    assert labels["gpu_partition_id"] == "0"  # from the KFD info instead
+    assert d.dra_name is None and b.sample(d).gpu_utilization == 55.0
 

@@ -195,6 +195,21 @@ def test_a_profile_sets_what_the_scaler_would_and_given_keys_win() -> None:
     assert trigger.signal == "avg(gpu_utilization)"
 
 
+def test_a_profiles_thresholds_do_not_carry_to_another_metric() -> None:
+    # memory-bound scales on memory_utilization (target 60, activation 5): on gpu_utilization, as in the
+    # scaler, the trigger must give its own target, and the activation is the default 0
+    text = HEAD + _gpuscale_policy('{scalerAddress: a, profile: memory-bound, metric: gpu_utilization}')
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(text, profiles=_profiles())
+    assert info.value.problems == ("policies[0].scaledObject.spec.triggers[0].metadata.targetValue: is required",)
+    scenario = parse_scenario(
+        HEAD + _gpuscale_policy('{scalerAddress: a, profile: memory-bound, metric: gpu_utilization, targetValue: "70"}'),
+        profiles=_profiles(),
+    )
+    (trigger,) = scenario.policies[0].scaled_object.triggers  # type: ignore[union-attr]
+    assert (trigger.target, trigger.activation, trigger.window_seconds) == (70.0, 0.0, 20)  # window: the profile's
+
+
 def test_the_window_defaults_to_the_scalers() -> None:
     from gpuscale.scaler.metadata import DEFAULTS
 

@@ -121,14 +121,14 @@ NVIDIA_SERIES: tuple[tuple[str, str, Getter], ...] = (
     ),
     (
         "DCGM_FI_PROF_NVLINK_TX_BYTES",
-        "The rate of data transmitted over NVLink, all links, including both headers and payloads, in bytes "
-        "per second.",
+        "The rate of data transmitted over NVLink, all links, in bytes per second (NVML GPM; a DCGM "
+        "profiling field, not in dcgm-exporter's default set).",
         lambda s: s.nvlink_tx_bytes_per_s,
     ),
     (
         "DCGM_FI_PROF_NVLINK_RX_BYTES",
-        "The rate of data received over NVLink, all links, including both headers and payloads, in bytes per "
-        "second.",
+        "The rate of data received over NVLink, all links, in bytes per second (NVML GPM; a DCGM profiling "
+        "field, not in dcgm-exporter's default set).",
         lambda s: s.nvlink_rx_bytes_per_s,
     ),
 )
@@ -297,7 +297,8 @@ class GpuCollector(Collector):
         for view in snap.gpus:
             d = view.device
             ident = {"gpu": str(d.index), "UUID": d.uuid}
-            whose = {**ident, self._host: snap.node_name}  # the node, named as on the GPU series
+            host = self._host if d.vendor is Vendor.NVIDIA else "hostname"  # as on the GPU's own series
+            whose = {**ident, host: snap.node_name}
             up.add_sample(up.name, whose, 0.0 if view.error is not None or view.latest is None else 1.0)
             if view.latest is None:
                 continue

@@ -27,7 +27,7 @@ from ..kube.podresources import PodResourcesClient
 from ..lifecycle import cancel_tasks, within
 from ..model import ContainerRef, PodInfo
 from ..netaddr import join_host_port, split_address
-from ..tls import add_server_port
+from ..tls import SERVER_OPTIONS, add_server_port
 from .attribution import attribute
 from .exporter import AgentMetrics, GpuCollector
 from .owners import OwnerResolver
@@ -170,7 +170,7 @@ class Agent:
         self.sampler.close()
 
     async def _start_grpc(self) -> None:
-        server = grpc.aio.server()
+        server = grpc.aio.server(options=SERVER_OPTIONS)
         agent_pb2_grpc.add_AgentServicer_to_server(
             WatchService(
                 self.state,

@@ -11,12 +11,13 @@ Labels as AMD's device-metrics-exporter sets them (its gpuagent reads the same A
 ``product_serial``; ``gpu_compute_partition_type`` and ``gpu_memory_partition_type`` lower-case (``spx``,
 ``nps1``; ``none`` where the GPU cannot be partitioned); ``gpu_partition_id`` from the accelerator partition
 profile, else the KFD info, else ``NA``; ``deployment_mode`` from the virtualization mode (``baremetal``,
-``hypervisor``, ``vm_vf``, ``vm_pf``, else ``unknown``). A call this AMD SMI lacks gives the exporter's value
-for "unknown".
+``hypervisor``, ``vm_vf``, ``vm_pf``, else ``baremetal``, the exporter's default). A call this AMD SMI lacks,
+or that fails, gives the exporter's default: a label never costs a GPU its series.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
@@ -26,6 +27,8 @@ from ..model import DeviceInfo, GpuSample, ProcessSample, Vendor
 from .errors import BackendUnavailable, DeviceError
 
 __all__ = ["AmdSmiBackend"]
+
+log = logging.getLogger(__name__)
 
 MB = 1024 * 1024
 
@@ -162,9 +165,16 @@ class AmdSmiBackend:
         self._devices = tuple(devices)
 
     def _call(self, smi: ModuleType, name: str, h: Any) -> Any:
-        """``smi.<name>(h)``; ``None`` where this AMD SMI lacks the call or the GPU the field."""
+        """``smi.<name>(h)`` for a label, best effort: ``None`` where this AMD SMI lacks the call, or the call
+        fails in any way (some need privileges the agent lacks): a label is never worth a GPU's series."""
         fn = getattr(smi, name, None)
-        return None if fn is None else self._optional(fn, h)
+        if fn is None:
+            return None
+        try:
+            return fn(h)
+        except (smi.AmdSmiException, ValueError, TypeError, KeyError) as e:
+            log.debug("AMD SMI %s failed (%s): the exporter's default instead", name, e)
+            return None
 
     def _vendor_labels(self, smi: ModuleType, h: Any, market_name: str) -> tuple[tuple[str, str], ...]:
         board = self._call(smi, "amdsmi_get_gpu_board_info", h) or {}
@@ -178,7 +188,7 @@ class AmdSmiBackend:
             ("gpu_partition_id", self._partition_id(smi, h)),
             ("gpu_compute_partition_type", compute if compute in _COMPUTE_PARTITIONS else "none"),
             ("gpu_memory_partition_type", memory if memory in _MEMORY_PARTITIONS else "none"),
-            ("deployment_mode", _DEPLOYMENT_MODES.get(int(raw_mode), "unknown") if raw_mode else "unknown"),
+            ("deployment_mode", _DEPLOYMENT_MODES.get(int(raw_mode or 0), "baremetal")),
         )
 
     def _partition_id(self, smi: ModuleType, h: Any) -> str:

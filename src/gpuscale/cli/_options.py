@@ -202,4 +202,28 @@ def server_tls_from_args(args: argparse.Namespace) -> TlsFiles | None:
     if not (args.tls_cert and args.tls_key):
         raise UsageError("TLS needs both --tls-cert and --tls-key (and optionally --tls-client-ca)")
     ca = existing_file(args.tls_client_ca, "--tls-client-ca") if args.tls_client_ca else None
-    return TlsFiles(existing_file(args.tls_cert, "--tls-cert"), existing_file(args.tls_key, "--tls-key"), ca)
+    files = TlsFiles(existing_file(args.tls_cert, "--tls-cert"), existing_file(args.tls_key, "--tls-key"), ca)
+    _check_pem(files)
+    return files
+
+
+def _check_pem(files: TlsFiles) -> None:
+    """The files load as a certificate with its key (and a CA bundle): said here, not as a failed bind
+    (gRPC reports both alike). The server still reads them again when they change."""
+    import ssl
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(files.cert, files.key, password=lambda: b"")
+    except (ssl.SSLError, OSError) as e:
+        raise UsageError(
+            f"--tls-cert {files.cert} and --tls-key {files.key}: not a PEM certificate and its unencrypted "
+            f"private key ({e.strerror or e})"
+        ) from None
+    if files.client_ca is not None:
+        try:
+            context.load_verify_locations(files.client_ca)
+        except (ssl.SSLError, OSError) as e:
+            raise UsageError(
+                f"--tls-client-ca {files.client_ca}: not a PEM CA bundle ({e.strerror or e})"
+            ) from None

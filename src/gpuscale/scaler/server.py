@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from ..httpserve import make_app, serve_app
 from ..lifecycle import cancel_tasks, within
 from ..netaddr import join_host_port, parse_host_port, split_address
-from ..tls import TlsFiles, add_server_port, server_credentials
+from ..tls import SERVER_OPTIONS, TlsFiles, add_server_port, server_credentials
 from .discovery import Discovery, DnsDiscovery, StaticDiscovery, follow
 from .ingest import WorkerPool
 from .metadata import MetadataCache
@@ -156,7 +156,7 @@ class Scaler:
             await within(self._api.close(), 3.0, "the Kubernetes API client")
 
     async def _start_grpc(self, service: ExternalScalerService) -> None:
-        server = grpc.aio.server()
+        server = grpc.aio.server(options=SERVER_OPTIONS)
         add_external_scaler(server, service)
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

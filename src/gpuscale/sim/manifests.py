@@ -162,6 +162,9 @@ def _with_profile(
     if defaults is None:
         c.bad(f"{mpath}.profile", name, f"one of [{', '.join(sorted(profiles))}] (or a --profiles file's)")
         return {"targetValue": "1", **meta}  # said once: what the profile would give is not missing too
+    if "metric" in meta and defaults.get("metric") not in (None, meta["metric"]):
+        # as the scaler: a profile's thresholds are in its metric's unit, not carried to another metric
+        defaults = {k: v for k, v in defaults.items() if k not in ("targetValue", "activationValue")}
     merged = {**defaults, **meta}
     if "metric" not in meta and merged.get("metric") not in (None, "gpu_utilization"):
         c.fail(
