@@ -101,6 +101,8 @@ def _trigger_value(policy: Policy, src: MetricSource, run: _Run, t: int) -> tupl
         if value is None and (trig is None or trig.ignore_null_values):
             value = 0.0  # empty result -> 0 under ignoreNullValues (the default)
         return value, value
+    if trig is not None and trig.scope == "workload" and not run.pods:
+        return 0.0, 0.0  # a workload with no pods at all: 0 and inactive, as the scaler answers
     window = trig.window_seconds if trig is not None else 0
     obs = _sampled(run, policy.gpuscale.sample_times(t, window))
     values = per_pod_values(obs)

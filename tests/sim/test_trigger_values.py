@@ -1,0 +1,38 @@
+"""What a simulated gpuscale trigger reports, against what the scaler answers in the same state."""
+
+from __future__ import annotations
+
+from gpuscale.sim import parse_scenario
+from gpuscale.sim.engine import _Run, _trigger_value
+from gpuscale.sim.hpa import HpaState
+from gpuscale.sim.keda import KedaState
+from gpuscale.sim.workload import Pod
+
+SCENARIO = """
+name: s
+durationSeconds: 60
+workload: {capacityPerReplica: 10}
+demand: {shape: constant, value: 5}
+policies:
+  - name: g
+    pipeline: {gpuscale: {samplingIntervalSeconds: 1}}
+    scaledObject:
+      apiVersion: keda.sh/v1alpha1
+      kind: ScaledObject
+      spec:
+        scaleTargetRef: {name: x}
+        triggers: [{type: external, metadata: {scalerAddress: a, targetValue: "60"}}]
+"""
+
+
+def _run(pods: tuple[Pod, ...]) -> _Run:
+    return _Run(pods, 0, len(pods), HpaState(), KedaState(None, 0, (0,)), (None,), [])
+
+
+def test_no_pods_is_zero_and_inactive_pods_without_samples_unavailable() -> None:
+    policy = parse_scenario(SCENARIO).policies[0]
+    (src,) = policy.sources
+    # scaled to zero: the scaler finds no pod of the workload and answers 0, inactive (no error)
+    assert _trigger_value(policy, src, _run(()), 10) == (0.0, 0.0)
+    # a pod exists but no GPU sample yet (still starting): UNAVAILABLE (None), never a made-up 0
+    assert _trigger_value(policy, src, _run((Pod(0, 5, 100, 200),)), 10) == (None, None)
