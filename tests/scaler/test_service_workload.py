@@ -187,15 +187,25 @@ async def test_gpus_allocated_through_dra_count_for_their_workload(
     the node's ResourceSlice says which UUID that is, and the workload's value counts it."""
     await cluster.node("node-a", "constant:40,constant:10", gpus=2)
     await cluster.node("node-b", "constant:80,constant:95", gpus=2)
-    cluster.publish_dra_devices("node-a")
-    cluster.publish_dra_devices("node-b")
     cluster.add_dra_pod("default", "llm-0", "node-a", [1], {"app": "llm"})
     cluster.add_dra_pod("default", "llm-1", "node-b", [0], {"app": "llm"})
     cluster.add_pod("default", "other-0", "node-a", [0], {"app": "other"})  # a device-plugin GPU beside them
     scaler = await cluster.scaler()
     client = keda(scaler.grpc_port)
+    await settled(client, {**LLM, "podSelector": "app=other"}, 40)
+
+    # No ResourceSlice yet (the driver not started, or no RBAC): nothing says which GPUs the claims hold.
+    # The workload's pods are known, so the answer is UNAVAILABLE, not a 0 that would scale it down.
+    async def both_pods_known_none_attributed() -> bool:
+        code, message = await client.code_of(client.value(LLM))
+        assert code == grpc.StatusCode.UNAVAILABLE, (code, message)
+        return "2 pods run on GPU nodes, but no GPU is attributed" in message
+
+    await until(both_pods_known_none_attributed, what="UNAVAILABLE naming both pods")
+
+    cluster.publish_dra_devices("node-a")
+    cluster.publish_dra_devices("node-b")
     await settled(client, LLM, 2 * 45)  # 2 pods x avg(10, 80)
-    assert await client.value({**LLM, "podSelector": "app=other"}) == 40
 
     # node-b's slice is gone (its DRA driver uninstalled): nothing says which GPU llm-1 holds any more, so
     # only llm-0's counts.
