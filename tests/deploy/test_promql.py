@@ -147,6 +147,34 @@ async def test_dashboard_panels_count_a_shared_gpu_once_and_name_each_node(
     await asyncio.to_thread(check)
 
 
+async def test_dashboard_amd_panels_show_an_amd_node(
+    start_agent: AgentFactory, kubelet: FakeKubelet, tmp_path: Path
+) -> None:
+    """An AMD node's agent serves AMD's exporter's names: the AMD row shows its GPUs and their pods."""
+    from gpuscale.backends.mock import MockBackend, MockConfig, find_model
+    from gpuscale.backends.patterns import parse_patterns
+
+    amd = MockBackend(MockConfig(gpus=2, model=find_model("mi300x"), node="amd-1",
+                                 patterns=parse_patterns("constant:30,constant:70")))
+    agent = await start_agent(backend=amd, node="amd-1")
+    kubelet.pods = [pod_resources("ai", "vllm-0", {"server": [("amd.com/gpu", [agent.state.devices[1].pci_bus_id])]})]
+    while len(agent.state.assignments) < 1:
+        await asyncio.sleep(0.05)
+    variables = {"$hostname_label": "hostname", "$node": ".*", "$namespace": ".*"}
+
+    def check() -> None:
+        with run_prometheus(tmp_path, [f"127.0.0.1:{agent.metrics_port}"]) as prom:
+            util = prom.wait_for(_panel_expr("AMD: utilization per GPU", variables), min_series=2)
+            assert {(r["metric"]["hostname"], r["metric"]["gpu_id"]): float(r["value"][1]) for r in util} == {
+                ("amd-1", "0"): 30.0, ("amd-1", "1"): 70.0}
+            per_pod = prom.wait_for(_panel_expr("AMD: utilization per pod (avg over its GPUs)", variables))
+            assert [(r["metric"]["pod"], float(r["value"][1])) for r in per_pod] == [("vllm-0", 70.0)]
+            vram = prom.wait_for(_panel_expr("AMD: VRAM used per GPU", variables), min_series=2)
+            assert all(float(r["value"][1]) > 0 for r in vram)
+
+    await asyncio.to_thread(check)
+
+
 async def test_exported_labels(start_agent: AgentFactory, kubelet: FakeKubelet, tmp_path: Path) -> None:
     agent = await attributed_agent(start_agent, kubelet)
 
