@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from typing import Any
 
 import pytest
 
+from gpuscale.backends.mock import MockBackend, MockConfig
+from gpuscale.backends.patterns import parse_patterns
 from tests.conftest import AgentFactory
 from tests.fakes.kubelet import FakeKubelet, pod_resources
 
@@ -144,5 +147,56 @@ async def test_a_device_id_naming_no_gpu_is_logged_once(
     said = [r.getMessage() for r in caplog.records if "names no GPU" in r.getMessage()]
     assert said == [
         "the kubelet assigned nvidia.com/mig-3g.40gb device 'MIG-not-here', which names no GPU this agent "
-        "reads: not attributed (a MIG layout changed since the agent started? restart it)"
+        "reads: not attributed (a MIG layout changed? the agent lists its devices again, at most every 60s)"
     ]
+
+
+class _RelayoutBackend:
+    """A mock GPU in MIG mode whose layout can change while the agent runs (mig-manager reconfiguring it):
+    each open lists the layout of that moment."""
+
+    name = "relayout"
+
+    def __init__(self, profiles: tuple[str, ...]) -> None:
+        self.profiles = profiles
+        self.inner = self._make()
+        self.opens = 0
+
+    def _make(self) -> MockBackend:
+        return MockBackend(MockConfig(gpus=1, patterns=parse_patterns("constant:50"), node="node-a",
+                                      mig_profiles=self.profiles))
+
+    def open(self) -> None:
+        self.opens += 1
+        self.inner = self._make()
+        self.inner.open()
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def devices(self) -> Any:
+        return self.inner.devices()
+
+    def sample(self, device: Any) -> Any:
+        return self.inner.sample(device)
+
+
+async def test_a_mig_device_the_kubelet_names_after_a_relayout_is_found_without_a_restart(
+    start_agent: AgentFactory, kubelet: FakeKubelet, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "gpuscale.agent.service")
+    backend = _RelayoutBackend(("3g.40gb",))
+    agent = await start_agent(backend=backend, rediscover_interval=0.2)
+    assert [d.mig_profile for d in agent.state.devices if d.is_mig] == ["3g.40gb"]
+    # mig-manager adds a 1g.10gb instance; the device plugin hands it to a pod: an id the agent does not list
+    backend.profiles = ("3g.40gb", "1g.10gb")
+    new_uuid = _RelayoutBackend(backend.profiles)._make()
+    new_uuid.open()
+    mig = next(d.uuid for d in new_uuid.devices() if d.mig_profile == "1g.10gb")
+    kubelet.pods = [pod_resources("ai", "small-0", {"main": [("nvidia.com/mig-1g.10gb", [mig])]})]
+
+    await eventually(lambda: asyncio.sleep(0, result=mig in agent.state.assignments), timeout=10)
+    assert backend.opens == 2  # listed once more, not at every attribution round
+    assert "GPU devices listed again" in caplog.text
+    await asyncio.sleep(0.6)
+    assert backend.opens == 2  # nothing unmatched any more: no further reopen

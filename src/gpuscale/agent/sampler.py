@@ -120,6 +120,20 @@ class Sampler:
             reopened = await self._maybe_reopen()
         return RoundResult(started, time.perf_counter() - t0, samples, errors, reopened)
 
+    async def rediscover(self) -> bool:
+        """Close and open the backend to list its devices again (a MIG layout changed under it). Not while
+        a read still runs in a worker thread, since closing under it can crash the process: then ``False``,
+        and the caller asks again later. ``True`` when the devices were listed again."""
+        if any(not f.done() for f in (*self._inflight, *self._stuck.values())):
+            return False
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._pool, self._reopen)
+        except BackendError as e:
+            log.warning("GPU backend %s could not be opened again (%s); reads retry it", self.backend.name, e)
+            return False
+        self.devices = tuple(self.backend.devices())
+        return True
+
     async def _maybe_reopen(self) -> bool:
         now = self._clock()
         if now < self._reopen_after:

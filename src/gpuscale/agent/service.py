@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import time
 import uuid as uuidlib
@@ -25,7 +26,7 @@ from ..httpserve import make_app, serve_app
 from ..kube.errors import KubeError
 from ..kube.podresources import PodResourcesClient
 from ..lifecycle import cancel_tasks, within
-from ..model import ContainerRef, PodInfo
+from ..model import Assignment, ContainerRef, PodInfo
 from ..netaddr import join_host_port, split_address
 from ..tls import SERVER_OPTIONS, add_server_port
 from .attribution import attribute
@@ -125,6 +126,8 @@ class Agent:
         self._open_problem: str | None = None  # why the backend could not be opened yet
         self._unmatched_said: set[tuple[str, str]] = set()  # device ids that name no GPU, logged once
         self._undescribed_said: set[str] = set()  # DRA devices no ResourceSlice describes, logged once
+        self._rediscover_for: str | None = None  # a device the kubelet names that the backend does not list
+        self._rediscovered_at = -math.inf
         self.extra_services: list[Callable[[grpc.aio.Server], None]] = []
 
     # -- lifecycle -------------------------------------------------------------------------------------
@@ -257,6 +260,8 @@ class Agent:
             await asyncio.sleep(delay)
 
     async def sample_once(self) -> None:
+        if self._rediscover_for is not None:  # between rounds: no read of this loop is running
+            await self._rediscover()
         result = await self.sampler.sample_round()
         if result.reopened:
             self.metrics.backend_reopens.inc()
@@ -285,6 +290,38 @@ class Agent:
         owners = self._owners.resolve(self.state, result.samples)
         self.state.record_round(self._clock(), result.samples, result.errors, owners)
         self._last_round_end = self._clock()
+
+    async def _rediscover(self) -> None:
+        why, self._rediscover_for = self._rediscover_for, None
+        self._rediscovered_at = time.monotonic()
+        before = {d.uuid for d in self.state.devices}
+        if not await self.sampler.rediscover():
+            return
+        self.metrics.backend_reopens.inc()
+        self.state.set_devices(self.sampler.devices)
+        added = len({d.uuid for d in self.sampler.devices} - before)
+        log.log(
+            logging.INFO if added else logging.DEBUG,
+            "GPU devices listed again (the kubelet named %s, which the backend did not list): %d devices, "
+            "%d new",
+            why,
+            len(self.sampler.devices),
+            added,
+        )
+        with contextlib.suppress(KubeError):
+            await self._refresh_attribution()
+
+    def _want_rediscovery(self, unmatched: Sequence[Assignment], dra: Mapping[str, Sequence[str]]) -> None:
+        """A GPU or MIG UUID the kubelet (or a claim's ResourceSlice) names and the backend does not list:
+        its layout changed since it was opened (MIG reconfigured, a dynamic MIG device created). Listed
+        again at most every ``rediscover_interval``."""
+        for a in unmatched:
+            ids = (a.device_id, *(dra.get(a.dra.key, ()) if a.dra is not None else ()))
+            named = next((i for i in ids if i.upper().startswith(("MIG-", "GPU-"))), None)
+            if named is not None:
+                if time.monotonic() - self._rediscovered_at >= self.settings.rediscover_interval:
+                    self._rediscover_for = named
+                return
 
     async def _attribute_forever(self) -> None:
         s = self.settings
@@ -317,11 +354,13 @@ class Agent:
         for resource, device_id in sorted(unmatched - self._unmatched_said):  # each id once, not every 5 s
             log.warning(
                 "the kubelet assigned %s device %r, which names no GPU this agent reads: not attributed "
-                "(a MIG layout changed since the agent started? restart it)",
+                "(a MIG layout changed? the agent lists its devices again, at most every %gs)",
                 resource,
                 device_id,
+                self.settings.rediscover_interval,
             )
         self._unmatched_said = unmatched
+        self._want_rediscovery(result.unmatched, self.dra.devices if self.dra else {})
         undescribed = {a.dra.key: a.dra.claim for a in result.undescribed if a.dra is not None}
         if self.dra is None:
             why = " (ResourceSlices are read only with the Kubernetes API)"

@@ -26,6 +26,9 @@ class AgentSettings:
     attribution_interval: float = 5.0
     # A single GPU read that takes longer than this is abandoned and counted as a timeout.
     read_timeout: float = 5.0
+    # a device id the kubelet names but the backend does not list (a MIG layout changed, a dynamic MIG
+    # device created for a claim) makes the agent list its devices again, at most this often
+    rediscover_interval: float = 60.0
     proc_root: Path = Path("/proc")
     extra_resource_names: tuple[str, ...] = field(default=())
     serve_external_scaler: bool = False
