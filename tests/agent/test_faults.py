@@ -200,3 +200,29 @@ async def test_a_mig_device_the_kubelet_names_after_a_relayout_is_found_without_
     assert "GPU devices listed again" in caplog.text
     await asyncio.sleep(0.6)
     assert backend.opens == 2  # nothing unmatched any more: no further reopen
+
+
+async def test_an_id_that_is_never_listed_costs_one_listing_and_a_failing_gpu_none(
+    start_agent: AgentFactory, kubelet: FakeKubelet
+) -> None:
+    """A GPU hidden from the agent's container is named by the kubelet forever: listing the devices again
+    once is enough. And while a GPU fails its reads, the agent does not close and open the backend for a
+    relayout: a new open could fail on that GPU and take the node's other GPUs with it."""
+    backend = FlakyBackend(gpus=2)
+    agent = await start_agent(backend=backend, rediscover_interval=0.1)
+    hidden = "GPU-00000000-1111-2222-3333-444444444444"
+    kubelet.pods = [pod_resources("ai", "p", {"main": [("nvidia.com/gpu", [hidden])]})]
+    await eventually(lambda: asyncio.sleep(0, result=backend.opens == 2))
+    await asyncio.sleep(0.8)  # many attribution rounds and intervals
+    assert backend.opens == 2
+
+    other = "GPU-55555555-6666-7777-8888-999999999999"
+    backend.fail(1, "lost")
+    lost = agent.state.devices[1].uuid
+    await eventually(lambda: asyncio.sleep(0, result=agent.state.errors.get(lost) is not None))
+    kubelet.pods = [pod_resources("ai", "q", {"main": [("nvidia.com/gpu", [other])]})]
+    await asyncio.sleep(0.8)
+    assert backend.opens == 2  # GPU 1 failing: no relisting
+    backend.heal(1)
+    await eventually(lambda: asyncio.sleep(0, result=backend.opens == 3))
+

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import math
 import os
+import re
 import time
 import uuid as uuidlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -40,6 +41,9 @@ from .watch import WatchService
 __all__ = ["Agent", "DraDeviceSource", "NodeLabelSource", "PodSource"]
 
 log = logging.getLogger(__name__)
+
+# an NVIDIA GPU or MIG device UUID, as NVML and the device plugin write it
+_UUID_FORM = re.compile(r"(?:GPU|MIG)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 class NodeLabelSource(Protocol):
@@ -127,6 +131,7 @@ class Agent:
         self._unmatched_said: set[tuple[str, str]] = set()  # device ids that name no GPU, logged once
         self._undescribed_said: set[str] = set()  # DRA devices no ResourceSlice describes, logged once
         self._rediscover_for: str | None = None  # a device the kubelet names that the backend does not list
+        self._rediscover_tried: set[str] = set()  # ids a listing was made for: not again for them
         self._rediscovered_at = -math.inf
         self.extra_services: list[Callable[[grpc.aio.Server], None]] = []
 
@@ -293,7 +298,11 @@ class Agent:
 
     async def _rediscover(self) -> None:
         why, self._rediscover_for = self._rediscover_for, None
+        if why is None or any(self.state.errors.get(d.uuid) is not None for d in self.state.devices):
+            # a GPU failing its reads may fail a new open too, and then every GPU of the node goes dark
+            return
         self._rediscovered_at = time.monotonic()
+        self._rediscover_tried.add(why)
         before = {d.uuid for d in self.state.devices}
         if not await self.sampler.rediscover():
             return
@@ -312,12 +321,16 @@ class Agent:
             await self._refresh_attribution()
 
     def _want_rediscovery(self, unmatched: Sequence[Assignment], dra: Mapping[str, Sequence[str]]) -> None:
-        """A GPU or MIG UUID the kubelet (or a claim's ResourceSlice) names and the backend does not list:
-        its layout changed since it was opened (MIG reconfigured, a dynamic MIG device created). Listed
-        again at most every ``rediscover_interval``."""
+        """An NVIDIA GPU or MIG UUID the kubelet (or a claim's ResourceSlice) names and the backend does not
+        list: its layout changed since it was opened (MIG reconfigured). The devices are listed again, at
+        most every ``rediscover_interval``, and once per such id: an id a new listing did not find (a GPU
+        hidden from the agent's container) does not make it list them again and again."""
+        if len(self._rediscover_tried) > 4096:
+            self._rediscover_tried.clear()
         for a in unmatched:
-            ids = (a.device_id, *(dra.get(a.dra.key, ()) if a.dra is not None else ()))
-            named = next((i for i in ids if i.upper().startswith(("MIG-", "GPU-"))), None)
+            ids = dra.get(a.dra.key, ()) if a.dra is not None else (a.device_id.split("::", 1)[0],)
+            tried = self._rediscover_tried
+            named = next((i for i in ids if _UUID_FORM.fullmatch(i) and i not in tried), None)
             if named is not None:
                 if time.monotonic() - self._rediscovered_at >= self.settings.rediscover_interval:
                     self._rediscover_for = named
