@@ -137,11 +137,14 @@ def assignment_from_pb(m: agent_pb2.Attribution) -> Assignment:
 
 
 def pod_to_pb(p: PodInfo) -> agent_pb2.Pod:
-    return agent_pb2.Pod(namespace=p.namespace, name=p.name, uid=p.uid, labels=dict(p.labels))
+    m = agent_pb2.Pod(namespace=p.namespace, name=p.name, uid=p.uid, labels=dict(p.labels))
+    if p.wants_gpu is not None:
+        m.wants_gpu = p.wants_gpu
+    return m
 
 
 def pod_from_pb(m: agent_pb2.Pod) -> PodInfo:
-    return PodInfo(m.namespace, m.name, m.uid, dict(m.labels))
+    return PodInfo(m.namespace, m.name, m.uid, dict(m.labels), _opt(m, "wants_gpu"))
 
 
 def pods_to_pb(pods: Iterable[PodInfo]) -> list[agent_pb2.Pod]:

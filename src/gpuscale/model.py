@@ -214,3 +214,5 @@ class PodInfo:
     name: str
     uid: str
     labels: Mapping[str, str] = field(default_factory=dict, hash=False)
+    # asks for a GPU (a container's limit of a GPU resource, or a ResourceClaim); None: not known
+    wants_gpu: bool | None = None

@@ -69,10 +69,10 @@ async def test_list_then_follow_adds_modifies_deletes(
     try:
         await asyncio.wait_for(w.synced.wait(), 5)
         assert sorted(w.snapshot()) == [("ml", "a"), ("ml", "b"), ("ml", "c")]
-        assert w.pod("ml", "a") == PodInfo("ml", "a", "uid-a", {"app": "a"})
+        assert w.pod("ml", "a") == PodInfo("ml", "a", "uid-a", {"app": "a"}, wants_gpu=False)
         assert w.container(CID_A) == ContainerRef("ml", "a", "main")
         assert w.container("a" * 64) == ContainerRef("ml", "a", "main")
-        assert w.pod_by_uid("uid-b") == PodInfo("ml", "b", "uid-b", {})
+        assert w.pod_by_uid("uid-b") == PodInfo("ml", "b", "uid-b", {}, wants_gpu=False)
         # Paged: 3 pods in pages of 2, with a continue token, and the node filter on every request.
         lists = [r for r in apiserver.requests if "watch=true" not in r and "/api/v1/pods" in r]
         assert len(lists) == 2 and "continue=" in lists[1]
@@ -87,7 +87,7 @@ async def test_list_then_follow_adds_modifies_deletes(
         assert w.container(CID_B) == ContainerRef("ml", "d", "x")
 
         apiserver.modify_pod("ml", "a", _relabel(app="a", tier="gold"))
-        await until(lambda: w.pod("ml", "a") == PodInfo("ml", "a", "uid-a", {"app": "a", "tier": "gold"}))
+        await until(lambda: w.pod("ml", "a") == PodInfo("ml", "a", "uid-a", {"app": "a", "tier": "gold"}, wants_gpu=False))
 
         # A status-only change moves the resourceVersion but is not a change for the agent.
         v = w.version
@@ -139,7 +139,7 @@ async def test_410_gone_relists(apiserver: FakeApiServer, watcher: NodePodWatche
     apiserver.add_pod(make_pod("ml", "b", node=NODE, uid="uid-b", labels={"new": "yes"}))
     apiserver.compact()
     await until(lambda: watcher.lists == 2)
-    assert watcher.snapshot() == {("ml", "b"): PodInfo("ml", "b", "uid-b", {"new": "yes"})}
+    assert watcher.snapshot() == {("ml", "b"): PodInfo("ml", "b", "uid-b", {"new": "yes"}, wants_gpu=False)}
     assert watcher.resource_version == str(apiserver.resource_version)
     await until(lambda: apiserver.watch_count == 1)
     apiserver.add_pod(make_pod("ml", "c", node=NODE))
@@ -261,3 +261,21 @@ def test_the_agent_and_scaler_do_not_import_kubernetes_asyncio_for_in_cluster_us
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_whether_a_pod_asks_for_a_gpu() -> None:
+    """The scaler tells a workload whose GPU pods have no GPU attributed (UNAVAILABLE) from one whose pods
+    use none (0): the agent says which pods ask for one."""
+    from gpuscale.kube.pods import wants_gpu
+
+    assert wants_gpu(make_pod("ml", "a", node=NODE, limits={"nvidia.com/gpu": "1"}))
+    assert wants_gpu(make_pod("ml", "a", node=NODE, limits={"amd.com/gpu": "1"}))
+    assert wants_gpu(make_pod("ml", "a", node=NODE, limits={"nvidia.com/mig-1g.10gb": "1"}))
+    assert wants_gpu(make_pod("ml", "a", node=NODE, resource_claims=["gpu"]))  # DRA
+    assert not wants_gpu(make_pod("ml", "a", node=NODE, limits={"cpu": "2", "memory": "8Gi"}))
+    assert not wants_gpu(make_pod("ml", "a", node=NODE, limits={"nvidia.com/gpu.shared": "1"}))
+    assert wants_gpu(make_pod("ml", "a", node=NODE, limits={"nvidia.com/gpu.shared": "1"}), {"nvidia.com/gpu.shared"})
+    init = make_pod("ml", "a", node=NODE)
+    init["spec"]["initContainers"] = [{"name": "warm", "resources": {"requests": {"nvidia.com/gpu": "1"}}}]
+    assert wants_gpu(init)
+

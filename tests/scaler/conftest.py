@@ -129,7 +129,9 @@ class Cluster:
         self, namespace: str, name: str, node: str, gpus: Sequence[int], labels: Mapping[str, str]
     ) -> None:
         """A pod on ``node`` holding GPUs (by index) of that node: in the API server and in its kubelet."""
-        self.apiserver.add_pod(make_pod(namespace, name, node=node, labels=labels))
+        self.apiserver.add_pod(
+            make_pod(namespace, name, node=node, labels=labels, limits={"nvidia.com/gpu": str(len(gpus))})
+        )
         n = self.nodes[node]
         ids = [n.uuids[i] for i in gpus]
         n.kubelet.pods.append(pod_resources(namespace, name, {"main": [("nvidia.com/gpu", ids)]}))
@@ -147,7 +149,9 @@ class Cluster:
         self, namespace: str, name: str, node: str, gpus: Sequence[int], labels: Mapping[str, str]
     ) -> None:
         """A pod on ``node`` whose ResourceClaim got GPUs (by index) of that node from NVIDIA's DRA driver."""
-        self.apiserver.add_pod(make_pod(namespace, name, node=node, labels=labels))
+        self.apiserver.add_pod(
+            make_pod(namespace, name, node=node, labels=labels, resource_claims=[f"{name}-gpu"])
+        )
         claim = dra_claim(namespace, f"{name}-gpu", "gpu.nvidia.com", node, [f"gpu-{i}" for i in gpus])
         self.nodes[node].kubelet.pods.append(pod_resources(namespace, name, {}, {"main": [claim]}))
 

@@ -218,3 +218,16 @@ def test_scaler_flag_defaults() -> None:
     assert (s.grpc_address, s.metrics_address, s.agents_dns) == (
         "[::]:6001", "[::]:9401", "gpuscale-agent.sys.svc:6000"
     )
+
+
+def test_only_pods_that_ask_for_a_gpu_count_as_gpu_pods_and_old_agents_say_nothing() -> None:
+    """An agent tells which pods ask for a GPU; one older than that field tells nothing, and its pods are
+    not counted as GPU pods (the scaler then answers 0 for them, as it did before)."""
+    state = ClusterState()
+    m = msg(SNAP, "n1", [gpu("g1", 50)])
+    m.pods.add(namespace="default", name="llm-0", uid="u0", labels={"app": "llm"}, wants_gpu=True)
+    m.pods.add(namespace="default", name="llm-router", uid="u1", labels={"app": "llm"}, wants_gpu=False)
+    m.pods.add(namespace="default", name="llm-old", uid="u2", labels={"app": "llm"})  # an older agent's
+    state.apply(m)
+    selection = state.select(LLM)
+    assert (selection.pods, selection.gpu_pods, selection.series) == (3, 1, ())

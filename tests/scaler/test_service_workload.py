@@ -124,16 +124,20 @@ async def test_pods_on_gpu_nodes_without_an_attributed_gpu_are_unavailable_not_z
     no kubelet socket, no ResourceSlice for a claim): 0 would scale it down, so the answer is UNAVAILABLE,
     and KEDA keeps the replicas (or applies its fallback). A pod that has finished counts as no pod."""
     await two_nodes(cluster)
-    cluster.apiserver.add_pod(make_pod("default", "vlm-0", node="node-a", labels={"app": "vlm"}))
-    cluster.apiserver.add_pod(make_pod("default", "vlm-1", node="node-b", labels={"app": "vlm"}))
+    gpu = {"nvidia.com/gpu": "1"}
+    cluster.apiserver.add_pod(make_pod("default", "vlm-0", node="node-a", labels={"app": "vlm"}, limits=gpu))
+    cluster.apiserver.add_pod(make_pod("default", "vlm-1", node="node-b", labels={"app": "vlm"}, limits=gpu))
+    # a pod beside them that asks for no GPU (a router with the workload's labels) is no GPU pod: 0, not an error
+    cluster.apiserver.add_pod(make_pod("default", "router-0", node="node-a", labels={"app": "router"}))
     scaler = await cluster.scaler()
     client = keda(scaler.grpc_port)
     await settled(client, LLM, 120)  # the agents' state has arrived
     vlm = {**LLM, "podSelector": "app=vlm"}
     code, message = await client.code_of(client.value(vlm))
     assert code == grpc.StatusCode.UNAVAILABLE
-    assert message.startswith("ScaledObject default/so: 2 pods run on GPU nodes, but no GPU is attributed")
+    assert message.startswith("ScaledObject default/so: 2 pods asking for a GPU run on GPU nodes, but no GPU is attributed")
     assert (await client.code_of(client.active(vlm)))[0] == grpc.StatusCode.UNAVAILABLE
+    assert await client.value({**LLM, "podSelector": "app=router"}) == 0
 
     # once the kubelet reports the pod's GPU, the value is back
     n = cluster.nodes["node-a"]
@@ -141,8 +145,10 @@ async def test_pods_on_gpu_nodes_without_an_attributed_gpu_are_unavailable_not_z
     await settled(client, vlm, 10)  # 1 pod with samples x 10 %
     # pods that finished (a Job's, say) are no pods: the workload has none and reports 0. A running pod
     # added after it on the same node marks when node-b's agent has seen both.
-    cluster.apiserver.add_pod(make_pod("default", "job-0", node="node-b", labels={"app": "job"}, phase="Succeeded"))
-    cluster.apiserver.add_pod(make_pod("default", "mark-0", node="node-b", labels={"app": "mark"}))
+    cluster.apiserver.add_pod(
+        make_pod("default", "job-0", node="node-b", labels={"app": "job"}, phase="Succeeded", limits=gpu)
+    )
+    cluster.apiserver.add_pod(make_pod("default", "mark-0", node="node-b", labels={"app": "mark"}, limits=gpu))
 
     async def marker_seen() -> bool:
         code, _ = await client.code_of(client.value({**LLM, "podSelector": "app=mark"}))
@@ -199,7 +205,7 @@ async def test_gpus_allocated_through_dra_count_for_their_workload(
     async def both_pods_known_none_attributed() -> bool:
         code, message = await client.code_of(client.value(LLM))
         assert code == grpc.StatusCode.UNAVAILABLE, (code, message)
-        return "2 pods run on GPU nodes, but no GPU is attributed" in message
+        return "2 pods asking for a GPU run on GPU nodes, but no GPU is attributed" in message
 
     await until(both_pods_known_none_attributed, what="UNAVAILABLE naming both pods")
 

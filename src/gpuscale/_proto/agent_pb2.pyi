@@ -478,9 +478,14 @@ class Pod(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     UID_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
+    WANTS_GPU_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     name: _builtins.str
     uid: _builtins.str
+    wants_gpu: _builtins.bool
+    """Whether the pod asks for a GPU: a container's limit of a GPU resource, or a ResourceClaim. Unset by
+    agents older than this field: the scaler then does not count the pod as wanting one.
+    """
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     def __init__(
@@ -490,11 +495,14 @@ class Pod(_message.Message):
         name: _builtins.str = ...,
         uid: _builtins.str = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        wants_gpu: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_wants_gpu", b"_wants_gpu", "wants_gpu", b"wants_gpu"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["labels", b"labels", "name", b"name", "namespace", b"namespace", "uid", b"uid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_wants_gpu", b"_wants_gpu", "labels", b"labels", "name", b"name", "namespace", b"namespace", "uid", b"uid", "wants_gpu", b"wants_gpu"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__wants_gpu: _TypeAlias = _typing.Literal["wants_gpu"]  # noqa: Y015
+    _WhichOneofArgType__wants_gpu: _TypeAlias = _typing.Literal["_wants_gpu", b"_wants_gpu"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__wants_gpu) -> _WhichOneofReturnType__wants_gpu | None: ...
 
 Global___Pod: _TypeAlias = Pod  # noqa: Y015

@@ -132,7 +132,8 @@ async def kube_sources(
 
     api = await api_client_from(settings.kubeconfig, settings.in_cluster)
     node = settings.node_name
-    return NodePodWatcher(api, node), NodeLabelWatcher(api, node), NodeResourceSliceWatcher(api, node)
+    pods = NodePodWatcher(api, node, extra_resource_names=settings.extra_resource_names)
+    return pods, NodeLabelWatcher(api, node), NodeResourceSliceWatcher(api, node)
 
 
 async def serve(settings: AgentSettings, backend: Backend) -> None:

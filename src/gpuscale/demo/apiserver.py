@@ -102,10 +102,13 @@ def make_pod(
     containers: Mapping[str, str | None] | None = None,
     phase: str = "Running",
     ready: bool | None = None,
+    limits: Mapping[str, str] | None = None,
+    resource_claims: Iterable[str] = (),
 ) -> Obj:
     """A Pod as the API server returns it. ``containers`` maps names to ``containerID`` (``containerd://…``;
     ``None``: not started yet, so no id). ``ready`` (default: every container started) sets the containers'
-    ``ready`` and the pod's ``Ready`` condition."""
+    ``ready`` and the pod's ``Ready`` condition. ``limits`` (``{"nvidia.com/gpu": "1"}``) go on every
+    container; ``resource_claims`` name the pod's ResourceClaims (DRA)."""
     containers = {"main": None} if containers is None else containers
     statuses = []
     for cname, cid in containers.items():
@@ -128,7 +131,18 @@ def make_pod(
             "labels": dict(labels or {}),
             "creationTimestamp": "2025-01-01T00:00:00Z",
         },
-        "spec": {"nodeName": node, "containers": [{"name": c, "image": "busybox"} for c in containers]},
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {"name": c, "image": "busybox", **({"resources": {"limits": dict(limits)}} if limits else {})}
+                for c in containers
+            ],
+            **(
+                {"resourceClaims": [{"name": n, "resourceClaimName": n} for n in resource_claims]}
+                if resource_claims
+                else {}
+            ),
+        },
         "status": {
             "phase": phase,
             "conditions": [{"type": "Ready", "status": "True" if all_ready else "False"}],

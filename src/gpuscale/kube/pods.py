@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 
 from ..model import ContainerRef, PodInfo
@@ -19,6 +19,7 @@ from ._http import Json, KubeApi
 from .errors import KubeConfigError
 from .incluster import InClusterApi
 from .informer import NodeListWatch, WatchSettings
+from .podresources import is_gpu_resource
 
 __all__ = ["NodePodWatcher", "PodKey", "WatchSettings", "api_client_from", "strip_runtime_prefix"]
 
@@ -67,7 +68,24 @@ def _key_of(obj: Json) -> PodKey | None:
     return namespace, name
 
 
-def _entry_from(obj: Json) -> _Entry | None:
+def wants_gpu(obj: Json, extra_resource_names: Collection[str] = ()) -> bool:
+    """Whether a pod asks for a GPU: a container's (or init container's) limit or request of a GPU
+    resource (``podresources.is_gpu_resource``), or any ResourceClaim (which may be a GPU's)."""
+    extra = extra_resource_names
+    spec = obj.get("spec") or {}
+    if spec.get("resourceClaims"):
+        return True
+    for field in ("initContainers", "containers"):
+        for c in spec.get(field) or []:
+            resources = (c.get("resources") or {}) if isinstance(c, dict) else {}
+            for kind in ("limits", "requests"):
+                names = resources.get(kind) or {}
+                if isinstance(names, dict) and any(is_gpu_resource(str(n), extra) for n in names):
+                    return True
+    return False
+
+
+def _entry_from(obj: Json, extra_resource_names: Collection[str] = ()) -> _Entry | None:
     """What the agent keeps of a pod; ``None`` for a finished one (it is no workload's any more)."""
     if (obj.get("status") or {}).get("phase") in _TERMINAL:
         return None
@@ -76,7 +94,13 @@ def _entry_from(obj: Json) -> _Entry | None:
     if not isinstance(namespace, str) or not isinstance(name, str) or not namespace or not name:
         return None
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
-    info = PodInfo(namespace=namespace, name=name, uid=str(meta.get("uid") or ""), labels=labels)
+    info = PodInfo(
+        namespace=namespace,
+        name=name,
+        uid=str(meta.get("uid") or ""),
+        labels=labels,
+        wants_gpu=wants_gpu(obj, extra_resource_names),
+    )
     containers: dict[str, ContainerRef] = {}
     status = obj.get("status") or {}
     for field in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
@@ -100,8 +124,10 @@ class NodePodWatcher(NodeListWatch):
         settings: WatchSettings | None = None,
         *,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        extra_resource_names: Collection[str] = (),
     ) -> None:
         super().__init__(api, node_name, settings, sleep=sleep)
+        self.extra_resource_names = frozenset(extra_resource_names)
         self._pods: dict[PodKey, _Entry] = {}
         self._by_uid: dict[str, PodInfo] = {}
         self._by_container: dict[str, ContainerRef] = {}
@@ -132,7 +158,8 @@ class NodePodWatcher(NodeListWatch):
         return [("fieldSelector", f"spec.nodeName={self.node_name}")]
 
     def _replace(self, items: list[Json]) -> bool:
-        new = {(e.info.namespace, e.info.name): e for e in map(_entry_from, items) if e is not None}
+        entries = (_entry_from(i, self.extra_resource_names) for i in items)
+        new = {(e.info.namespace, e.info.name): e for e in entries if e is not None}
         if new == self._pods:
             return False
         self._pods = new
@@ -140,7 +167,7 @@ class NodePodWatcher(NodeListWatch):
         return True
 
     def _upsert(self, obj: Json) -> bool:
-        entry = _entry_from(obj)
+        entry = _entry_from(obj, self.extra_resource_names)
         if entry is None:  # a pod that finished (or is not a pod) is no longer kept
             key_ = _key_of(obj)
             if key_ is None or self._pods.pop(key_, None) is None:

@@ -202,9 +202,9 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         if feed is not None:
             feed.follow(selection.uuids)
         if query.scope == "workload" and not selection.series:
-            if selection.pods:
+            if selection.gpu_pods:  # pods that ask for a GPU, none attributed: not a 0
                 where = f"ScaledObject {key.namespace}/{key.name}" if key is not None else "the workload"
-                raise UnattributedPods(where, selection.pods)
+                raise UnattributedPods(where, selection.gpu_pods)
             return _NO_PODS
         if query.scope == "pool" and not selection.series:
             raise EmptyPool(query.node_selector, self.source.node_count())

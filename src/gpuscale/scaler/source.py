@@ -31,11 +31,13 @@ class Query:
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """``series`` to evaluate; ``pods``: the workload's pods found (0 with no pods: the value is 0)."""
+    """``series`` to evaluate; ``pods``: the workload's pods found (0 with no pods: the value is 0), of which
+    ``gpu_pods`` ask for a GPU (as their agents report it)."""
 
     series: tuple[GpuSeries, ...]
     pods: int = 0
     uuids: frozenset[str] = frozenset()
+    gpu_pods: int = 0
 
 
 class ChangeFeed(Protocol):

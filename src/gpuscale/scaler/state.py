@@ -151,15 +151,16 @@ class ClusterState:
         ns = query.namespace or ""
         selector = query.pod_selector
         series: list[GpuSeries] = []
-        pods = 0
+        pods = gpu_pods = 0
         for name, info in self._pods_by_ns.get(ns, {}).items():
             if selector is not None and not selector.matches(info.labels):
                 continue
             pods += 1
+            gpu_pods += info.wants_gpu is True
             key = (ns, name)
             for uuid, gpu in self._gpus_by_pod.get(key, {}).items():
                 series.append(GpuSeries(uuid, gpu.samples, pod=f"{ns}/{name}", pids=gpu.pids_of(key)))
-        return Selection(tuple(series), pods, frozenset(s.uuid for s in series))
+        return Selection(tuple(series), pods, frozenset(s.uuid for s in series), gpu_pods)
 
     def _select_pool(self, query: Query) -> Selection:
         selector = query.node_selector

@@ -55,12 +55,12 @@ class UnattributedPods(ScalerError):
 
     def __init__(self, workload: str, pods: int) -> None:
         self.pods = pods
+        runs = "run" if pods != 1 else "runs"
         super().__init__(
-            f"{workload}: {pods} pod{'s' if pods != 1 else ''} run{'' if pods != 1 else 's'} on GPU nodes, "
-            "but no GPU is attributed to any of them. Either they have just started (the agents ask the "
-            "kubelet every few seconds), or the agents cannot tell which GPUs they hold: see the agents' "
-            "logs (the kubelet's PodResources socket; for GPUs from ResourceClaims, the node's "
-            "ResourceSlices); or these pods use no GPU: narrow podSelector"
+            f"{workload}: {pods} pod{'s' if pods != 1 else ''} asking for a GPU {runs} on GPU nodes, but no "
+            "GPU is attributed to any of them. Either they have just started (the agents ask the kubelet "
+            "every few seconds), or the agents cannot tell which GPUs they hold: see the agents' logs (the "
+            "kubelet's PodResources socket; for GPUs from ResourceClaims, the node's ResourceSlices)"
         )
 
 
