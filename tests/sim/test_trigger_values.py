@@ -29,10 +29,10 @@ def _run(pods: tuple[Pod, ...]) -> _Run:
     return _Run(pods, 0, len(pods), HpaState(), KedaState(None, 0, (0,)), (None,), [])
 
 
-def test_no_pods_is_zero_and_inactive_pods_without_samples_unavailable() -> None:
+def test_no_pod_sampled_is_zero_and_inactive_as_the_scaler_answers() -> None:
     policy = parse_scenario(SCENARIO).policies[0]
     (src,) = policy.sources
     # scaled to zero: the scaler finds no pod of the workload and answers 0, inactive (no error)
     assert _trigger_value(policy, src, _run(()), 10) == (0.0, 0.0)
-    # a pod exists but no GPU sample yet (still starting): UNAVAILABLE (None), never a made-up 0
-    assert _trigger_value(policy, src, _run((Pod(0, 5, 100, 200),)), 10) == (None, None)
+    # a pod Pending (scheduling, pulling its image): on no node yet, or its GPU allocated and at 0 %: 0 too
+    assert _trigger_value(policy, src, _run((Pod(0, 5, 100, 200),)), 10) == (0.0, 0.0)

@@ -101,14 +101,18 @@ def _trigger_value(policy: Policy, src: MetricSource, run: _Run, t: int) -> tupl
         if value is None and (trig is None or trig.ignore_null_values):
             value = 0.0  # empty result -> 0 under ignoreNullValues (the default)
         return value, value
-    if trig is not None and trig.scope == "workload" and not run.pods:
-        return 0.0, 0.0  # a workload with no pods at all: 0 and inactive, as the scaler answers
     window = trig.window_seconds if trig is not None else 0
     obs = _sampled(run, policy.gpuscale.sample_times(t, window))
     values = per_pod_values(obs)
     agg = evaluate_scalar(src.signal, obs)
+    if (agg is None or not values) and trig is not None and trig.scope == "workload":
+        # No pod with samples: none exists, or all are Pending. The scaler sees an unscheduled pod on no
+        # node, and a scheduled one's GPU (allocated at admission, before the image pull) at 0 %: either
+        # way 0, inactive. (Its UNAVAILABLE for the seconds before an agent attributes a new pod's GPU
+        # is not modelled.)
+        return 0.0, 0.0
     if agg is None or not values:
-        return None, None  # no GPU samples: UNAVAILABLE, never a made-up 0
+        return None, None  # node or pool scope without GPU samples: UNAVAILABLE, never a made-up 0
     if trig is not None and trig.scope == "workload":
         return agg * len(values), agg  # aggregate x pods with samples, AverageValue
     return agg, agg
