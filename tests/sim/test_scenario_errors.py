@@ -210,6 +210,12 @@ def test_a_profiles_thresholds_do_not_carry_to_another_metric() -> None:
     assert (trigger.target, trigger.activation, trigger.window_seconds) == (70.0, 0.0, 20)  # window: the profile's
 
 
+def test_a_fractional_window_takes_in_the_samples_the_scaler_would() -> None:
+    scenario = parse_scenario(HEAD + _gpuscale_policy('{scalerAddress: a, targetValue: "70", window: "2.5"}'))
+    (trigger,) = scenario.policies[0].scaled_object.triggers  # type: ignore[union-attr]
+    assert trigger.window_seconds == 3  # read between samples, 2.5 s reaches back over 3 of them
+
+
 def test_the_window_defaults_to_the_scalers() -> None:
     from gpuscale.scaler.metadata import DEFAULTS
 

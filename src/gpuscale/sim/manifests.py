@@ -8,6 +8,7 @@ Defaults follow the APIs: KEDA's (``pollingInterval`` 30, ``cooldownPeriod`` 300
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Literal, cast
 
@@ -220,7 +221,8 @@ def _trigger(
     target = c.number(meta, "targetValue", mpath, default=None, minimum=0, exclusive=True, text=True)
     activation = c.number(meta, "activationValue", mpath, default=0.0, minimum=0, text=True)
     scope = c.string(meta, "scope", mpath, default="workload", choices=("workload", "node", "pool"))
-    window = int(c.number(meta, "window", mpath, default=DEFAULT_WINDOW_S, minimum=0, text=True))
+    # the scaler counts samples up to `window` seconds old, read between samples: 2.5 s takes in 3 of them
+    window = math.ceil(c.number(meta, "window", mpath, default=DEFAULT_WINDOW_S, minimum=0, text=True))
     signal = parse_signal(f"{agg}(gpu_utilization)")
     assert signal is not None
     trig = TriggerSpec(
