@@ -347,3 +347,19 @@ def test_xid_survives_a_reopen_and_a_stuck_event_thread_keeps_nvml_up(monkeypatc
     assert time.monotonic() - t0 < 3.5  # bounded
     assert module.state["init"] == inits  # no nvmlShutdown: the thread is still inside NVML
     release.set()
+
+
+def test_a_gpu_lost_at_open_is_left_out_and_the_others_are_read(
+    gpus: list[FakeGpu], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A GPU that fell off the bus before the agent (re)opened NVML: the node's other GPUs are still listed
+    and read; only when none can be read is the backend unavailable (the driver, not a GPU)."""
+    gpus[0].fail = NVML_ERROR_GPU_IS_LOST
+    b = opened()
+    assert [d.uuid for d in b.devices()] == ["GPU-bbbb"]
+    assert b.sample(b.devices()[0]).gpu_utilization == 37.0
+    assert "1 of 2 GPUs cannot be read and are left out" in caplog.text
+    b.close()
+    gpus[1].fail = NVML_ERROR_GPU_IS_LOST
+    with pytest.raises(BackendUnavailable, match="listing GPUs failed"):
+        opened()

@@ -268,11 +268,19 @@ class NvmlBackend:
         driver = self._optional(nvml.nvmlSystemGetDriverVersion)
         if isinstance(driver, bytes):
             driver = driver.decode(errors="replace")
-        for index in range(nvml.nvmlDeviceGetCount()):
-            h = nvml.nvmlDeviceGetHandleByIndex(index)
-            uuid = nvml.nvmlDeviceGetUUID(h)
-            name = nvml.nvmlDeviceGetName(h)
-            bus_id = nvml.nvmlDeviceGetPciInfo(h).busId
+        count = nvml.nvmlDeviceGetCount()
+        left_out: list[str] = []
+        first_error: Exception | None = None
+        for index in range(count):
+            try:
+                h = nvml.nvmlDeviceGetHandleByIndex(index)
+                uuid = nvml.nvmlDeviceGetUUID(h)
+                name = nvml.nvmlDeviceGetName(h)
+                bus_id = nvml.nvmlDeviceGetPciInfo(h).busId
+            except nvml.NVMLError as e:  # one GPU fallen off the bus must not cost the node its others
+                left_out.append(f"GPU {index} ({e})")
+                first_error = first_error or e
+                continue
             bus_id = bus_id.decode() if isinstance(bus_id, bytes) else str(bus_id)
             mem = self._memory(nvml, h)
             limit_mw = self._optional(nvml.nvmlDeviceGetEnforcedPowerLimit, h)
@@ -302,6 +310,15 @@ class NvmlBackend:
                             self._gpm_start(nvml, d.uuid, h, d.gpu_instance_id)
             elif gpm:
                 self._gpm_start(nvml, uuid, h, None)
+        if first_error is not None and not devices:
+            raise first_error  # none can be read: the driver, not a GPU
+        if left_out:
+            log.warning(
+                "%d of %d GPUs cannot be read and are left out until the backend is opened again: %s",
+                len(left_out),
+                count,
+                "; ".join(left_out),
+            )
         self._devices = tuple(devices)
         physical = {d.uuid: self._handles[d.uuid] for d in devices if not d.is_mig}
         if hasattr(nvml, "nvmlEventSetCreate"):
