@@ -273,6 +273,7 @@ def test_whether_a_pod_asks_for_a_gpu() -> None:
     assert wants_gpu(make_pod("ml", "a", node=NODE, limits={"nvidia.com/mig-1g.10gb": "1"}))
     assert wants_gpu(make_pod("ml", "a", node=NODE, resource_claims=["gpu"]))  # DRA
     assert not wants_gpu(make_pod("ml", "a", node=NODE, limits={"cpu": "2", "memory": "8Gi"}))
+    assert not wants_gpu(make_pod("ml", "a", node=NODE, limits={"nvidia.com/gpu": "0"}))  # a template's 0
     assert not wants_gpu(make_pod("ml", "a", node=NODE, limits={"nvidia.com/gpu.shared": "1"}))
     assert wants_gpu(make_pod("ml", "a", node=NODE, limits={"nvidia.com/gpu.shared": "1"}), {"nvidia.com/gpu.shared"})
     init = make_pod("ml", "a", node=NODE)

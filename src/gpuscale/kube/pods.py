@@ -80,7 +80,10 @@ def wants_gpu(obj: Json, extra_resource_names: Collection[str] = ()) -> bool:
             resources = (c.get("resources") or {}) if isinstance(c, dict) else {}
             for kind in ("limits", "requests"):
                 names = resources.get(kind) or {}
-                if isinstance(names, dict) and any(is_gpu_resource(str(n), extra) for n in names):
+                if not isinstance(names, dict):
+                    continue
+                asked = (n for n, q in names.items() if str(q).strip() not in ("0", ""))  # "0": none asked
+                if any(is_gpu_resource(str(n), extra) for n in asked):
                     return True
     return False
 
