@@ -195,7 +195,7 @@ async def test_a_mig_device_the_kubelet_names_after_a_relayout_is_found_without_
     mig = next(d.uuid for d in new_uuid.devices() if d.mig_profile == "1g.10gb")
     kubelet.pods = [pod_resources("ai", "small-0", {"main": [("nvidia.com/mig-1g.10gb", [mig])]})]
 
-    await eventually(lambda: asyncio.sleep(0, result=mig in agent.state.assignments), timeout=10)
+    await eventually(lambda: mig in agent.state.assignments, timeout=10)
     assert backend.opens == 2  # listed once more, not at every attribution round
     assert "GPU devices listed again" in caplog.text
     await asyncio.sleep(0.6)
@@ -212,17 +212,17 @@ async def test_an_id_that_is_never_listed_costs_one_listing_and_a_failing_gpu_no
     agent = await start_agent(backend=backend, rediscover_interval=0.1)
     hidden = "GPU-00000000-1111-2222-3333-444444444444"
     kubelet.pods = [pod_resources("ai", "p", {"main": [("nvidia.com/gpu", [hidden])]})]
-    await eventually(lambda: asyncio.sleep(0, result=backend.opens == 2))
+    await eventually(lambda: backend.opens == 2)
     await asyncio.sleep(0.8)  # many attribution rounds and intervals
     assert backend.opens == 2
 
     other = "GPU-55555555-6666-7777-8888-999999999999"
     backend.fail(1, "lost")
     lost = agent.state.devices[1].uuid
-    await eventually(lambda: asyncio.sleep(0, result=agent.state.errors.get(lost) is not None))
+    await eventually(lambda: agent.state.errors.get(lost) is not None)
     kubelet.pods = [pod_resources("ai", "q", {"main": [("nvidia.com/gpu", [other])]})]
     await asyncio.sleep(0.8)
     assert backend.opens == 2  # GPU 1 failing: no relisting
     backend.heal(1)
-    await eventually(lambda: asyncio.sleep(0, result=backend.opens == 3))
+    await eventually(lambda: backend.opens == 3)
 

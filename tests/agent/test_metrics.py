@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import re
 import shutil
 import subprocess
@@ -33,10 +34,13 @@ def series(text: str, name: str) -> list[tuple[dict[str, str], float]]:
 
 
 async def eventually(check, timeout: float = 5.0):  # type: ignore[no-untyped-def]
+    """Poll ``check`` (a coroutine function, or a plain predicate) until it gives something true."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            result = await check()
+            result = check()
+            if inspect.isawaitable(result):
+                result = await result
             if result:
                 return result
         except AssertionError:
@@ -182,7 +186,7 @@ async def test_dra_devices_are_attributed_once_a_resource_slice_names_them(
     assert warning not in caplog.text and not agent.state.assignments
     # read, and no slice describes gpu-1: said once, with the claim, and nothing attributed
     slices.synced.set()
-    await eventually(lambda: asyncio.sleep(0, result=warning in caplog.text))
+    await eventually(lambda: warning in caplog.text)
     await asyncio.sleep(0.3)  # a few more attribution rounds
     assert caplog.text.count(warning) == 1
     assert not agent.state.assignments

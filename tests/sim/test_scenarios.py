@@ -7,6 +7,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -114,6 +115,11 @@ def test_without_matplotlib_the_csv_and_json_are_written_and_the_plot_is_explain
     assert "no plot.png: matplotlib is not installed; pip install 'gpuscale[plots]' for it" in run.stdout
 
 
+def _changes(desired: Sequence[int]) -> list[tuple[int, int]]:
+    """(second, replicas) at every change of the desired replicas."""
+    return [(t, desired[t]) for t in range(1, len(desired)) if desired[t] != desired[t - 1]]
+
+
 PUSH_FALSE = """
 name: push-false
 durationSeconds: 200
@@ -177,8 +183,7 @@ def test_fallback_reaches_the_hpa_after_more_than_failure_threshold_failures() -
     sync here, t=45), never as a write by the operator; the HPA then moves at its own pace (legacy scale-up
     limit max(2 x 2, 4) = 4, then 6)."""
     tl = run_scenario(parse_scenario(FALLBACK)).timelines[0]
-    changes = [(t, tl.desired[t]) for t in range(1, len(tl.desired)) if tl.desired[t] != tl.desired[t - 1]]
-    assert changes == [(45, 4), (60, 6)]
+    assert _changes(tl.desired) == [(45, 4), (60, 6)]
 
 
 IDLE = """
@@ -216,4 +221,4 @@ policies:
 )
 def test_a_new_scaled_object_has_no_last_active_time(new: str, changes: list[tuple[int, int]]) -> None:
     tl = run_scenario(parse_scenario(IDLE.replace("NEW", new))).timelines[0]
-    assert [(t, tl.desired[t]) for t in range(1, len(tl.desired)) if tl.desired[t] != tl.desired[t - 1]] == changes
+    assert _changes(tl.desired) == changes

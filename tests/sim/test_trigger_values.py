@@ -8,21 +8,9 @@ from gpuscale.sim.hpa import HpaState
 from gpuscale.sim.keda import KedaState
 from gpuscale.sim.workload import Pod
 
-SCENARIO = """
-name: s
-durationSeconds: 60
-workload: {capacityPerReplica: 10}
-demand: {shape: constant, value: 5}
-policies:
-  - name: g
-    pipeline: {gpuscale: {samplingIntervalSeconds: 1}}
-    scaledObject:
-      apiVersion: keda.sh/v1alpha1
-      kind: ScaledObject
-      spec:
-        scaleTargetRef: {name: x}
-        triggers: [{type: external, metadata: {scalerAddress: a, targetValue: "60"}}]
-"""
+from .test_scenario_errors import HEAD, _gpuscale_policy
+
+SCENARIO = HEAD + _gpuscale_policy('{scalerAddress: a, targetValue: "60"}')
 
 
 def _run(pods: tuple[Pod, ...]) -> _Run:

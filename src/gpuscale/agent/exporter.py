@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from ..model import ContainerRef, GpuSample, Vendor
+from ..model import ContainerRef, DeviceInfo, GpuSample, Vendor
 from .state import GpuView, NodeSnapshot
 
 __all__ = ["AgentMetrics", "GpuCollector"]
@@ -297,8 +297,7 @@ class GpuCollector(Collector):
         for view in snap.gpus:
             d = view.device
             ident = {"gpu": str(d.index), "UUID": d.uuid}
-            host = self._host if d.vendor is Vendor.NVIDIA else "hostname"  # as on the GPU's own series
-            whose = {**ident, host: snap.node_name}
+            whose = {**ident, self._node_label(d): snap.node_name}
             up.add_sample(up.name, whose, 0.0 if view.error is not None or view.latest is None else 1.0)
             if view.latest is None:
                 continue
@@ -350,6 +349,10 @@ class GpuCollector(Collector):
         yield up
         yield age
 
+    def _node_label(self, d: DeviceInfo) -> str:
+        """The label naming the node on a GPU's series: dcgm-exporter's (configurable) or AMD's."""
+        return self._host if d.vendor is Vendor.NVIDIA else "hostname"
+
     def _label_sets(
         self, view: GpuView, node: str, held: set[ContainerRef] | None = None
     ) -> list[dict[str, str]]:
@@ -367,11 +370,12 @@ class GpuCollector(Collector):
             if d.is_mig:
                 base["GPU_I_PROFILE"] = d.mig_profile or ""
                 base["GPU_I_ID"] = "" if d.gpu_instance_id is None else str(d.gpu_instance_id)
-            base[self._host] = node
+            base[self._node_label(d)] = node
             if d.driver_version:
                 base["DCGM_FI_DRIVER_VERSION"] = d.driver_version
         else:
-            base = {"gpu_id": str(d.index), "gpu_uuid": d.uuid, "card_model": d.name, "hostname": node}
+            base = {"gpu_id": str(d.index), "gpu_uuid": d.uuid, "card_model": d.name}
+            base[self._node_label(d)] = node
             base.update(d.vendor_labels)
         holders = sorted(
             held if held is not None else {a.container for a in view.assignments},

@@ -362,7 +362,8 @@ class Agent:
             )
         assignments = await self._kubelet.list()
         self.metrics.attribution_refreshes.labels("ok").inc()
-        result = attribute(self.state.devices, assignments, self.dra.devices if self.dra else None)
+        dra = self.dra.devices if self.dra else {}
+        result = attribute(self.state.devices, assignments, dra)
         unmatched = {(a.resource_name, a.device_id) for a in result.unmatched}
         for resource, device_id in sorted(unmatched - self._unmatched_said):  # each id once, not every 5 s
             log.warning(
@@ -373,7 +374,7 @@ class Agent:
                 self.settings.rediscover_interval,
             )
         self._unmatched_said = unmatched
-        self._want_rediscovery(result.unmatched, self.dra.devices if self.dra else {})
+        self._want_rediscovery(result.unmatched, dra)
         undescribed = {a.dra.key: a.dra.claim for a in result.undescribed if a.dra is not None}
         if self.dra is None:
             why = " (ResourceSlices are read only with the Kubernetes API)"

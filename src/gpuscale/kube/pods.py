@@ -90,12 +90,11 @@ def wants_gpu(obj: Json, extra_resource_names: Collection[str] = ()) -> bool:
 
 def _entry_from(obj: Json, extra_resource_names: Collection[str] = ()) -> _Entry | None:
     """What the agent keeps of a pod; ``None`` for a finished one (it is no workload's any more)."""
-    if (obj.get("status") or {}).get("phase") in _TERMINAL:
+    key = _key_of(obj)
+    if key is None or (obj.get("status") or {}).get("phase") in _TERMINAL:
         return None
+    namespace, name = key
     meta = obj.get("metadata") or {}
-    namespace, name = meta.get("namespace"), meta.get("name")
-    if not isinstance(namespace, str) or not isinstance(name, str) or not namespace or not name:
-        return None
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
     info = PodInfo(
         namespace=namespace,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from ..scaler.profiles import Aggregation, Metric
+from ..scaler.profiles import Aggregation, Metric, exact
 
 __all__ = [
     "DEFAULT_SCRAPE_INTERVAL",
@@ -140,14 +140,6 @@ def per_gpu(
     if series.scale != 1:
         return f"{main} * {_fmt(series.scale)}"
     return main
-
-
-def exact(value: float) -> str:
-    """A number as a manifest should carry it: every digit (``75161927680``, ``70.5``); ``:g`` keeps six
-    significant digits, and 70Gi would become 7.51619e+10."""
-    if value.is_integer() and abs(value) < 1e18:
-        return str(int(value))
-    return repr(value)
 
 
 def aggregate(aggregation: Aggregation, expr: str, by: str | None = None) -> str:

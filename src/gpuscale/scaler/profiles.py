@@ -40,6 +40,7 @@ __all__ = [
     "ProfileSet",
     "Scope",
     "Share",
+    "exact",
     "load_profiles",
     "parse_profiles",
 ]
@@ -108,6 +109,14 @@ _BYTES = {
 }
 _QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(k|M|G|T|Ki|Mi|Gi|Ti)?$")
 _PROFILE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def exact(value: float) -> str:
+    """A number as a manifest or trigger metadata carries it: every digit (``75161927680``, ``70.5``);
+    ``:g`` keeps six significant digits, and 70Gi would become 7.51619e+10."""
+    if value.is_integer() and abs(value) < 1e18:
+        return str(int(value))
+    return repr(value)
 
 
 def show(value: object) -> str:
@@ -219,12 +228,10 @@ class Profile:
     def as_metadata(self) -> dict[str, str]:
         """The trigger metadata keys this profile sets, as text (numbers with every digit)."""
         out: dict[str, str] = {}
-        for key, attr in _FIELDS.items():
-            value = getattr(self, attr)
-            if isinstance(value, float):
-                out[key] = str(int(value)) if value.is_integer() else repr(value)
-            elif value is not None:
-                out[key] = str(value)
+        for key in _FIELDS:
+            value = field_value(self, key)
+            if value is not None:
+                out[key] = exact(value) if isinstance(value, float) else str(value)
         return out
 
 
