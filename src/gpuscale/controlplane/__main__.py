@@ -2,7 +2,8 @@
 
 build                       build every binary into the cache (prints its directory)
 up [--workdir D] [--nodes N] [--gpus G]
-                            start the control plane and a PodResources stand-in per node; Ctrl-C stops
+                            start the control plane, and per kwok node a PodResources stand-in and a mock
+                                gpuscale agent, and gpuscale scaler; Ctrl-C stops
 kubelet --kubeconfig K --node N --gpus G --socket S
                             the PodResources stand-in of one kwok node (the launcher and tests run it)
 """
@@ -24,7 +25,8 @@ import yaml
 from .build import build
 from .client import KubeClient
 from .errors import ControlPlaneError
-from .launcher import ControlPlane, GpuNode, Process, start_process
+from .launcher import ControlPlane, GpuNode
+from .stack import GpuStack
 
 
 def _client_from_kubeconfig(path: Path) -> KubeClient:
@@ -38,28 +40,6 @@ def _client_from_kubeconfig(path: Path) -> KubeClient:
         cert=Path(cert) if cert else None,
         key=Path(key) if key else None,
         token=user.get("token"),
-    )
-
-
-def kubelet_process(plane: ControlPlane, node: GpuNode, socket: Path) -> Process:
-    """Start the PodResources stand-in of ``node`` as a child process."""
-    return start_process(
-        f"kubelet-{node.name}",
-        [
-            sys.executable,
-            "-m",
-            "gpuscale.controlplane",
-            "kubelet",
-            "--kubeconfig",
-            str(plane.kubeconfig),
-            "--node",
-            node.name,
-            "--gpus",
-            str(node.gpus),
-            "--socket",
-            str(socket),
-        ],
-        plane.log_dir,
     )
 
 
@@ -78,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="control-plane", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("build", help="build every binary into the cache")
-    up = sub.add_parser("up", help="start the control plane until Ctrl-C")
+    up = sub.add_parser("up", help="start the control plane and gpuscale on it until Ctrl-C")
     up.add_argument("--workdir", help="where certificates, logs and etcd's data go (default: a temp dir)")
     up.add_argument("--nodes", default="2", help="kwok GPU nodes (default 2)")
     up.add_argument("--gpus", default="4", help="nvidia.com/gpu per node (default 4)")
@@ -130,9 +110,12 @@ def _up(args: argparse.Namespace) -> int:
         say=lambda s: print(s, file=sys.stderr, flush=True),
     )
     with plane:
-        for node in plane.nodes:
-            plane.processes.append(kubelet_process(plane, node, workdir / f"{node.name}.sock"))
+        stack = GpuStack(plane)
+        stack.start()
         print(plane.describe(), flush=True)
+        print(
+            f"gpuscale scaler on {stack.scaler_address}; mock load: {workdir}/<node>-demand.json", flush=True
+        )
         print(f"export KUBECONFIG={plane.kubeconfig}   # Ctrl-C stops the control plane", flush=True)
         stop = False
 
