@@ -50,6 +50,7 @@ class GpuStack:
     plane: ControlPlane
     agent_kubeconfig: Path | None = None  # default: the admin's
     scaler_kubeconfig: Path | None = None
+    prefix: str = ""  # names this stack's sockets, demand files and logs apart from another's
     interval: str = "1"
     attribution_interval: str = "1"
     agents: dict[str, NodeAgent] = field(default_factory=dict)
@@ -80,7 +81,7 @@ class GpuStack:
         for a in self.agents.values():
             self.start_agent(a.node.name)
         self.scaler = self._python(
-            "gpuscale-scaler",
+            f"{self.prefix}gpuscale-scaler",
             "gpuscale",
             "scaler",
             "--agents",
@@ -101,7 +102,7 @@ class GpuStack:
 
     def _kubelet(self, a: NodeAgent) -> Process:
         return start_process(
-            f"kubelet-{a.node.name}",
+            f"{self.prefix}kubelet-{a.node.name}",
             [
                 sys.executable,
                 "-m",
@@ -134,7 +135,7 @@ class GpuStack:
         if a.agent is not None and a.agent in self.plane.processes:
             self.plane.processes.remove(a.agent)
         a.agent = self._python(
-            f"gpuscale-agent-{node}",
+            f"{self.prefix}gpuscale-agent-{node}",
             "gpuscale",
             "agent",
             "--backend",
@@ -159,6 +160,18 @@ class GpuStack:
             f"127.0.0.1:{a.metrics_port}",
         )
         self._wait_serving(a.agent)
+
+    def stop(self) -> None:
+        """Stop this stack's processes (the control plane stays)."""
+        mine = (
+            [a.agent for a in self.agents.values()]
+            + [a.kubelet for a in self.agents.values()]
+            + [self.scaler]
+        )
+        for p in mine:
+            if p is not None and p in self.plane.processes:
+                p.stop()
+                self.plane.processes.remove(p)
 
     def kill_agent(self, node: str) -> None:
         """SIGKILL the node's agent, as a crash or an OOM kill would."""

@@ -1,0 +1,167 @@
+"""What the end-to-end tests do on the real control plane: namespaces, Deployments, ScaledObjects written by
+``gpuscale render`` (the CLI users run), and waiting on what ``kubectl get deploy,hpa,pods`` would show."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import yaml
+
+from gpuscale.controlplane.client import KubeClient, wait_for
+
+Json = dict[str, Any]
+
+
+def make_namespace(client: KubeClient, name: str) -> str:
+    client.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    # the service-account controller gives it "default", which ServiceAccount admission needs for pods
+    wait_for(f"ServiceAccount {name}/default", lambda: client.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default") or None, 30)
+    return name
+
+
+def delete_namespace(client: KubeClient, name: str) -> None:
+    """The ScaledObjects first (KEDA removes its HPAs), then the namespace (pods go through kwok's delete)."""
+    for so in client.get(f"/apis/keda.sh/v1alpha1/namespaces/{name}/scaledobjects").get("items", []):
+        client.delete(f"/apis/keda.sh/v1alpha1/namespaces/{name}/scaledobjects/{so['metadata']['name']}")
+    client.delete(f"/api/v1/namespaces/{name}")
+
+
+def deployment(
+    client: KubeClient,
+    namespace: str,
+    name: str,
+    *,
+    replicas: int,
+    gpus: int = 1,
+    node: str | None = None,
+) -> None:
+    spec: Json = {
+        "containers": [
+            {"name": "main", "image": f"{name}:1", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+        ]
+    }
+    if node:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    client.apply(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}}, "spec": spec},
+            },
+        }
+    )
+
+
+def render_scaled_object(*args: str) -> Json:
+    """``gpuscale render scaledobject ARGS``, parsed."""
+    out = subprocess.run(
+        [sys.executable, "-m", "gpuscale", "render", "scaledobject", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    (obj,) = [d for d in yaml.safe_load_all(out) if d]
+    return dict(obj)
+
+
+def fast_scale_down(obj: Json, window_s: int = 5) -> Json:
+    """A short scale-down stabilization window, and scale-down not rate-limited, so tests end in seconds."""
+    obj["spec"].setdefault("advanced", {})["horizontalPodAutoscalerConfig"] = {
+        "behavior": {
+            "scaleDown": {
+                "stabilizationWindowSeconds": window_s,
+                "policies": [{"type": "Percent", "value": 100, "periodSeconds": 1}],
+            }
+        }
+    }
+    return obj
+
+
+def spec_replicas(client: KubeClient, namespace: str, name: str) -> int:
+    return int(client.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")["spec"].get("replicas", 1))
+
+
+def running_pods(client: KubeClient, namespace: str, app: str) -> list[Json]:
+    pods = client.get(f"/api/v1/namespaces/{namespace}/pods?labelSelector=app%3D{app}")["items"]
+    return [
+        p
+        for p in pods
+        if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def wait_replicas(
+    client: KubeClient,
+    namespace: str,
+    name: str,
+    ok: Callable[[int], bool],
+    timeout: float,
+    *,
+    what: str = "",
+    history: list[int] | None = None,
+) -> int:
+    """Poll ``spec.replicas`` until ``ok(replicas)``; every value seen is appended to ``history``."""
+
+    def probe() -> int | None:
+        n = spec_replicas(client, namespace, name)
+        if history is not None and (not history or history[-1] != n):
+            history.append(n)
+        return n if ok(n) else None
+
+    return wait_for(f"{namespace}/{name} spec.replicas {what}", probe, timeout, interval=0.5)
+
+
+def wait_running(client: KubeClient, namespace: str, app: str, count: int, timeout: float) -> list[Json]:
+    return wait_for(
+        f"{count} pods of {namespace}/{app} Running",
+        lambda: (pods if len(pods := running_pods(client, namespace, app)) == count else None),
+        timeout,
+        interval=0.5,
+    )
+
+
+def attributed_pods(metrics_urls: Sequence[str]) -> set[tuple[str, str]]:
+    """(namespace, pod) of every GPU series the agents label with a pod."""
+    out = set()
+    for url in metrics_urls:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            text = r.read().decode()
+        for line in text.splitlines():
+            if line.startswith("DCGM_FI_DEV_GPU_UTIL{") and 'pod="' in line:
+                labels = line[line.index("{") + 1 : line.index("}")]
+                kv = dict(part.split("=", 1) for part in labels.split('",') if "=" in part)
+                out.add((kv["namespace"].strip('"'), kv["pod"].strip('"')))
+    return out
+
+
+def hpa(client: KubeClient, namespace: str, scaled_object: str) -> Json:
+    return client.get(
+        f"/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers/keda-hpa-{scaled_object}"
+    )
+
+
+def scaled_object(client: KubeClient, namespace: str, name: str) -> Json:
+    return client.get(f"/apis/keda.sh/v1alpha1/namespaces/{namespace}/scaledobjects/{name}")
+
+
+def condition(obj: Json, kind: str) -> str | None:
+    for c in obj.get("status", {}).get("conditions", []):
+        if c.get("type") == kind:
+            return str(c.get("status"))
+    return None
+
+
+def sleep_watching(seconds: float, check: Callable[[], None]) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        check()
+        time.sleep(0.5)
