@@ -20,7 +20,11 @@ Json = dict[str, Any]
 def make_namespace(client: KubeClient, name: str) -> str:
     client.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     # the service-account controller gives it "default", which ServiceAccount admission needs for pods
-    wait_for(f"ServiceAccount {name}/default", lambda: client.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default") or None, 30)
+    wait_for(
+        f"ServiceAccount {name}/default",
+        lambda: client.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default") or None,
+        30,
+    )
     return name
 
 
@@ -87,7 +91,9 @@ def fast_scale_down(obj: Json, window_s: int = 5) -> Json:
 
 
 def spec_replicas(client: KubeClient, namespace: str, name: str) -> int:
-    return int(client.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")["spec"].get("replicas", 1))
+    return int(
+        client.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")["spec"].get("replicas", 1)
+    )
 
 
 def running_pods(client: KubeClient, namespace: str, app: str) -> list[Json]:
@@ -123,7 +129,7 @@ def wait_replicas(
 def wait_running(client: KubeClient, namespace: str, app: str, count: int, timeout: float) -> list[Json]:
     return wait_for(
         f"{count} pods of {namespace}/{app} Running",
-        lambda: (pods if len(pods := running_pods(client, namespace, app)) == count else None),
+        lambda: pods if len(pods := running_pods(client, namespace, app)) == count else None,
         timeout,
         interval=0.5,
     )
