@@ -123,7 +123,29 @@ def wait_replicas(
             history.append(n)
         return n if ok(n) else None
 
-    return wait_for(f"{namespace}/{name} spec.replicas {what}", probe, timeout, interval=0.5)
+    try:
+        return wait_for(f"{namespace}/{name} spec.replicas {what}", probe, timeout, interval=0.5)
+    except TimeoutError as e:
+        raise TimeoutError(f"{e}; seen {history}; {_why(client, namespace)}") from None
+
+
+def _why(client: KubeClient, namespace: str) -> str:
+    """What ``kubectl describe hpa,scaledobject`` would say, for a failure message."""
+    out = []
+    for kind, path in (
+        ("HPA", f"/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers"),
+        ("ScaledObject", f"/apis/keda.sh/v1alpha1/namespaces/{namespace}/scaledobjects"),
+    ):
+        for obj in client.get(path).get("items", []):
+            status = obj.get("status", {})
+            conds = [
+                f"{c['type']}={c['status']} {c.get('reason', '')}: {c.get('message', '')}"
+                for c in status.get("conditions", [])
+            ]
+            out.append(
+                f"{kind} {obj['metadata']['name']}: {conds} {status.get('currentMetrics') or status.get('health') or ''}"
+            )
+    return "; ".join(out)
 
 
 def wait_running(client: KubeClient, namespace: str, app: str, count: int, timeout: float) -> list[Json]:

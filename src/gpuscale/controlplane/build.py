@@ -5,9 +5,10 @@ module under ``controlplane/go/<module>/`` in the repository (``go.mod`` and ``g
 directives name the upstream ``main`` packages; ``replace`` lines pin Kubernetes' staging modules and copy
 KEDA's). How: ``go build`` in that directory with ``CGO_ENABLED=0 -trimpath -ldflags=-s -w`` (and the
 Kubernetes version stamped as ``hack/lib/version.sh`` does) into
-``~/.cache/gpuscale/k8s-<versions>-<hash>/bin``; the hash covers the wrapper files, so any pin change builds
-afresh. A cache that holds every binary is used as it is (no ``go`` run at all). The kwok stages and KEDA's
-CRDs are copied from the module cache next to the binaries, so a warm start needs neither Go nor the network.
+``~/.cache/gpuscale/k8s-<versions>-<hash>/bin``; the hash covers the wrapper files and what this module
+puts in the directory, so any pin change builds afresh. A cache that holds every binary is used as it is (no
+``go`` run at all). The kwok stages and KEDA's CRDs are copied from the module cache next to the binaries,
+so a warm start needs neither Go nor the network.
 """
 
 from __future__ import annotations
@@ -82,6 +83,9 @@ _KEDA_CRDS = (
     "config/crd/bases/keda.sh_scaledjobs.yaml",
     "config/crd/bases/keda.sh_triggerauthentications.yaml",
     "config/crd/bases/keda.sh_clustertriggerauthentications.yaml",
+    # the operator waits for these caches too, and exits when they never sync
+    "config/crd/bases/eventing.keda.sh_cloudeventsources.yaml",
+    "config/crd/bases/eventing.keda.sh_clustercloudeventsources.yaml",
 )
 
 
@@ -135,6 +139,7 @@ def cache_dir(go_dir: Path) -> Path:
     for module in sorted({b.module for b in BINARIES}):
         for f in ("go.mod", "go.sum"):
             digest.update((go_dir / module / f).read_bytes())
+    digest.update(repr((BINARIES, _KWOK_STAGES, _KEDA_CRDS)).encode())  # what goes into the directory
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuscale"
     name = (
         f"k8s-{v['kubernetes']}-etcd-{v['etcd']}-kwok-{v['kwok']}-keda-{v['keda']}-{digest.hexdigest()[:10]}"

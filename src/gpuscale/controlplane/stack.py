@@ -68,8 +68,8 @@ class GpuStack:
         for i, node in enumerate(self.plane.nodes):
             self.agents[node.name] = NodeAgent(
                 node,
-                work / f"{node.name}.sock",
-                work / f"{node.name}-demand.json",
+                work / f"{self.prefix}{node.name}.sock",
+                work / f"{self.prefix}{node.name}-demand.json",
                 ports[2 * i],
                 ports[2 * i + 1],
             )
