@@ -167,7 +167,6 @@ def _go_env() -> dict[str, str]:
     env = dict(os.environ)
     env["CGO_ENABLED"] = "0"
     env["GOFLAGS"] = "-trimpath -buildvcs=false -mod=readonly"
-    env.setdefault("GOTOOLCHAIN", "local")
     return env
 
 
