@@ -45,6 +45,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--out", default="gpuscale-demo", help="directory for the outputs (default ./gpuscale-demo)"
     )
+    p.add_argument(
+        "--control-plane",
+        default="stand-in",
+        choices=["stand-in", "real"],
+        help="stand-in (default): a local API and a KEDA + HPA controller in this process; real: etcd, "
+        "kube-apiserver, the HPA in kube-controller-manager, kube-scheduler, kwok GPU nodes and KEDA, "
+        "built from Go modules on first use (minutes) and cached (see docs/testing.md)",
+    )
     view = p.add_mutually_exclusive_group()
     view.add_argument(
         "--live", action="store_true", default=None, help="the live view (default on a terminal)"
@@ -58,6 +66,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     if not args.duration >= 15:
         raise UsageError(f'--duration "{args.duration:g}" must be at least 15 seconds')
+    if args.control_plane == "real":
+        return _run_real(args)
     live = sys.stdout.isatty() if args.live is None else args.live
     if live:  # log lines would tear the live view; warnings still show
         logging.getLogger().setLevel(max(logging.WARNING, logging.getLogger().level))
@@ -90,4 +100,25 @@ def run(args: argparse.Namespace) -> int:
     print(f"timeline: {result.timeline}")
     print(f"plot:     {result.plot}" if result.plot is not None else f"plot:     none ({plotting.MISSING})")
     print(f"logs:     {result.logs}")
+    return 0
+
+
+def _run_real(args: argparse.Namespace) -> int:
+    from ..controlplane import ControlPlaneError
+    from ..controlplane.demo import RealDemoSettings, run_real_demo
+
+    settings = RealDemoSettings(
+        out_dir=Path(args.out), duration=args.duration, pattern=args.pattern, profile=args.profile
+    )
+    print(
+        f"gpuscale demo: {args.duration:g} s of the {args.pattern} pattern on the real control plane and "
+        "KEDA, 3 kwok nodes with 2 mock GPUs each (Ctrl-C stops)",
+        flush=True,
+    )
+    try:
+        timeline = run_real_demo(settings, print_line=lambda s: print(s, flush=True))
+    except ControlPlaneError as e:
+        print(f"gpuscale: error: {e}", file=sys.stderr)
+        return 1
+    print(f"timeline: {timeline}")
     return 0

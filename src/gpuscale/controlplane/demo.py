@@ -1,0 +1,189 @@
+"""``gpuscale demo --control-plane real``: the demo's demand pattern on the real control plane and KEDA.
+
+Three kwok nodes with 2 GPUs each, a mock ``gpuscale agent`` per node and ``gpuscale scaler`` (``GpuStack``);
+Deployment ``demo/llm`` and a ScaledObject as ``gpuscale render --mode external`` writes it (the demo's
+profile, ``window`` 2 s, a 10 s scale-down window). Every second the demand (requests/s, from
+``gpuscale.demo.patterns``) is spread over the Running pods: each pod's GPU at ``demand / (running pods x
+capacity per replica)``, at most 100 %. What it prints is what ``kubectl get hpa,deploy,pods`` would show:
+the HPA's current metric and desired replicas, the Deployment's ``spec.replicas``, the Running pods. The HPA
+syncs every 5 s here (its default is 15 s). ``timeline.csv`` goes to ``out_dir``.
+"""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..demo.patterns import make_pattern
+from .build import build
+from .client import KubeClient
+from .errors import KubeRequestFailed
+from .launcher import ControlPlane, GpuNode
+from .stack import GpuStack
+
+__all__ = ["RealDemoSettings", "run_real_demo"]
+
+NAMESPACE, WORKLOAD = "demo", "llm"
+
+
+@dataclass(frozen=True)
+class RealDemoSettings:
+    out_dir: Path
+    duration: float = 60.0
+    pattern: str = "burst"
+    profile: str = "online-inference"
+    capacity_per_replica: float = 10.0
+    every: float = 5.0  # seconds between printed lines
+
+
+def _scaled_object(settings: RealDemoSettings, scaler: str, min_replicas: int) -> dict[str, Any]:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuscale",
+            "render",
+            "scaledobject",
+            "--mode",
+            "external",
+            "--target",
+            f"deployment/{WORKLOAD}",
+            "--namespace",
+            NAMESPACE,
+            "--profile",
+            settings.profile,
+            "--window",
+            "2",
+            "--scaler-address",
+            scaler,
+            "--min-replicas",
+            str(min_replicas),
+            "--max-replicas",
+            "6",
+            "--polling-interval",
+            "5",
+            "--cooldown-period",
+            "10",
+            "--scale-down-stabilization",
+            "10",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    (obj,) = [d for d in yaml.safe_load_all(out) if d]
+    obj["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["policies"] = [
+        {"type": "Percent", "value": 100, "periodSeconds": 5}
+    ]
+    return dict(obj)
+
+
+def run_real_demo(settings: RealDemoSettings, print_line: Callable[[str], None] = print) -> Path:
+    """Run the pattern for ``duration`` seconds; return the timeline's path. Ctrl-C ends it early."""
+    binaries = build(print_line)
+    settings.out_dir.mkdir(parents=True, exist_ok=True)
+    workdir = settings.out_dir / "control-plane"
+    nodes = [GpuNode(f"gpu-node-{c}", 2) for c in "abc"]
+    pattern = make_pattern(settings.pattern, settings.duration, settings.capacity_per_replica)
+    timeline = settings.out_dir / "timeline.csv"
+    with ControlPlane(binaries, workdir, nodes=nodes, hpa_sync_period="5s", say=print_line) as plane:
+        stack = GpuStack(plane)
+        stack.start()
+        client = plane.client
+        client.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        min_replicas = 1  # workload scope cannot wake a workload from zero (docs/metadata.md)
+        client.apply(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": WORKLOAD, "namespace": NAMESPACE},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": {"app": WORKLOAD}},
+                    "template": {
+                        "metadata": {"labels": {"app": WORKLOAD}},
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "main",
+                                    "image": "llm:1",
+                                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                                }
+                            ]
+                        },
+                    },
+                },
+            }
+        )
+        client.apply(_scaled_object(settings, stack.scaler_address, min_replicas))
+        print_line(f"kubeconfig: {plane.kubeconfig} (namespace {NAMESPACE}); logs: {plane.log_dir}")
+        rows: list[dict[str, Any]] = []
+        start = time.monotonic()
+        last_print = -settings.every
+        try:
+            while (t := time.monotonic() - start) < settings.duration:
+                plane.check()
+                demand, phase = pattern.at(t)
+                deploy = client.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{WORKLOAD}")
+                pods = client.get(f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=app%3D{WORKLOAD}")[
+                    "items"
+                ]
+                running = sum(
+                    1
+                    for p in pods
+                    if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+                )
+                per_pod = min(100.0, 100.0 * demand / (max(running, 1) * settings.capacity_per_replica))
+                stack.set_load(per_pod if running else 0.0)
+                hpa = _hpa(client)
+                row = {
+                    "t": round(t, 1),
+                    "phase": phase,
+                    "demand": round(demand, 1),
+                    "gpu_percent": round(per_pod if running else 0.0, 1),
+                    "hpa_metric": hpa[0],
+                    "hpa_desired": hpa[1],
+                    "spec_replicas": deploy["spec"].get("replicas", 0),
+                    "running": running,
+                }
+                rows.append(row)
+                if t - last_print >= settings.every:
+                    last_print = t
+                    print_line(
+                        f"t={t:5.1f}s {phase:<16} demand {demand:5.1f} req/s GPU {row['gpu_percent']:5.1f}% "
+                        f"hpa metric {row['hpa_metric']:<8} desired {row['hpa_desired']!s:<3} "
+                        f"deploy {row['spec_replicas']}  running {running}"
+                    )
+                time.sleep(1.0)
+        except KeyboardInterrupt:
+            print_line("stopped early")
+        finally:
+            stack.stop()
+        with timeline.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["t"])
+            writer.writeheader()
+            writer.writerows(rows)
+    return timeline
+
+
+def _hpa(client: KubeClient) -> tuple[str, int | str]:
+    try:
+        h = client.get(
+            f"/apis/autoscaling/v2/namespaces/{NAMESPACE}/horizontalpodautoscalers/keda-hpa-{WORKLOAD}"
+        )
+    except KubeRequestFailed:  # KEDA has not made it yet
+        return "-", "-"
+    status = h.get("status", {})
+    metrics = status.get("currentMetrics") or []
+    value = "-"
+    if metrics and (current := metrics[0].get("external", {}).get("current")):
+        value = str(current.get("averageValue") or current.get("value") or "-")
+    return value, status.get("desiredReplicas", "-")
