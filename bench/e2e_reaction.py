@@ -88,6 +88,10 @@ def running(client: KubeClient, ns: str, name: str) -> int:
     )
 
 
+def ns_args(name: str) -> list[str]:
+    return ["--namespace", f"bench-{name}"]
+
+
 def scenario(
     plane: ControlPlane, stack: GpuStack, name: str, so: dict[str, Any], start_replicas: int, settle_s: float
 ) -> dict[str, float]:
@@ -99,7 +103,7 @@ def scenario(
     )
     deployment(client, ns, "llm", start_replicas)
     wait_for("pods running", lambda: True if running(client, ns, "llm") == start_replicas else None, 60)
-    so["metadata"]["namespace"] = ns
+    assert so["metadata"]["namespace"] == ns
     client.apply(so)
     stack.set_load(10)
     time.sleep(settle_s)  # KEDA has made its HPA and the trigger reads 10 %: steady
@@ -140,44 +144,23 @@ def main() -> None:
             stack.start()
             jobs = {f"agent-{n}": (f"127.0.0.1:{a.metrics_port}", "15s") for n, a in stack.agents.items()}
             with prometheus(jobs) as prom:
-                common = ["--target", "deployment/llm", "--namespace", "placeholder", "--metric",
+                common = ["--target", "deployment/llm", "--metric",
                           "gpu_utilization", "--aggregation", "avg", "--target-value", "50",
                           "--polling-interval", "30", "--max-replicas", "4"]  # fmt: skip
                 external = ["--mode", "external", "--scaler-address", stack.scaler_address, "--window", "10"]
                 pool = ["--scope", "pool", "--node-selector", "type=kwok", "--activation-value", "30",
                         "--min-replicas", "0", "--cooldown-period", "300"]  # fmt: skip
-                runs = {
-                    "external": (render(*common, *external, "--min-replicas", "1"), 1),
-                    "prometheus": (
-                        render(
-                            *common,
-                            "--mode",
-                            "prometheus",
-                            "--prometheus-url",
-                            prom.url,
-                            "--scrape-interval",
-                            "15",
-                            "--min-replicas",
-                            "1",
-                        ),
-                        1,
-                    ),
-                    "external-push": (
-                        render(
-                            *common,
-                            "--mode",
-                            "external-push",
-                            "--scaler-address",
-                            stack.scaler_address,
-                            "--window",
-                            "10",
-                            *pool,
-                        ),
-                        0,
-                    ),
-                    "external-poll-from-zero": (render(*common, *external, *pool), 0),
+                prom_args = ["--mode", "prometheus", "--prometheus-url", prom.url, "--scrape-interval", "15"]
+                push = ["--mode", "external-push", "--scaler-address", stack.scaler_address, "--window", "10"]
+                one = ["--min-replicas", "1"]
+                runs = {  # name -> (render's arguments, replicas before the step)
+                    "external": ([*external, *one], 1),
+                    "prometheus": ([*prom_args, *one], 1),
+                    "external-push": ([*push, *pool], 0),
+                    "external-poll-from-zero": ([*external, *pool], 0),
                 }
-                for name, (so, start) in runs.items():
+                for name, (extra, start) in runs.items():
+                    so = render(*common, *ns_args(name), *extra)
                     results[name] = scenario(plane, stack, name, so, start, settle_s=45)
                     print(name, json.dumps(results[name]), flush=True)
                     time.sleep(10)  # the namespace's pods are gone before the next
