@@ -22,7 +22,8 @@ def test_the_real_demo_scales_out_during_the_burst(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     assert "timeline:" in proc.stdout
-    rows = list(csv.DictReader((out / "timeline.csv").open()))
+    with (out / "timeline.csv").open() as f:
+        rows = list(csv.DictReader(f))
     assert len(rows) >= 30
     burst = [r for r in rows if r["phase"] == "burst"]
     assert burst, {r["phase"] for r in rows}
