@@ -4,8 +4,9 @@ kube-scheduler, kwok with fake GPU nodes, the KEDA operator and KEDA's metrics A
 ``external.metrics.k8s.io``.
 
 Each process writes ``<workdir>/logs/<name>.log``; one that exits or does not become ready within its time
-raises ``ComponentFailed`` naming it, with the last lines of its log. Every port is a free loopback port
-chosen at start; nothing binds a wildcard address.
+raises ``ComponentFailed`` naming it, with the last lines of its log. Every port is a free port chosen at
+start, bound to 127.0.0.1, except KEDA's adapter's own ``/metrics`` (``--port``: it has no address flag and
+listens on every interface).
 
 The APIService reaches KEDA's adapter on 127.0.0.1 through an ``ExternalName`` Service of ``localhost`` (an
 Endpoints object may not hold a loopback address), with ``--enable-aggregator-routing`` left off, and the
