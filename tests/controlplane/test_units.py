@@ -80,3 +80,20 @@ def test_allocations_are_sticky_exclusive_and_freed() -> None:
     )
     (res,) = alloc.pod_resources()
     assert (res.name, list(res.containers[0].devices[0].device_ids)) == ("p4", ["GPU-a"])
+
+
+def test_a_component_that_fails_to_start_is_named_with_its_log(tmp_path: Path) -> None:
+    from gpuscale.controlplane import Binaries, ComponentFailed, ControlPlane
+
+    root = tmp_path / "cache"
+    (root / "bin").mkdir(parents=True)
+    etcd = root / "bin" / "etcd"
+    etcd.write_text("#!/bin/sh\necho 'etcdmain: listen tcp: address already in use' >&2\nexit 1\n")
+    etcd.chmod(0o755)
+    plane = ControlPlane(Binaries(root, {}), tmp_path / "work", keda=False)
+    with pytest.raises(ComponentFailed) as e:
+        plane.start()
+    assert e.value.name == "etcd"
+    assert str(e.value).startswith("etcd exited with code 1; its log is ")
+    assert "address already in use" in str(e.value)
+    assert plane.processes == []

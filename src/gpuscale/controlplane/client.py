@@ -148,13 +148,23 @@ class KubeClient:
             self.apply(obj)
 
 
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float, interval: float = 0.25) -> T:
-    """``probe()`` until it returns something other than None (exceptions count as not yet)."""
+def wait_for(
+    what: str,
+    probe: Callable[[], T | None],
+    timeout: float,
+    interval: float = 0.25,
+    *,
+    fatal: tuple[type[Exception], ...] = (),
+) -> T:
+    """``probe()`` until it returns something other than None. Its exceptions count as not yet, except those
+    of the ``fatal`` types, which end the wait at once (a process that has exited will not become ready)."""
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     while True:
         try:
             value = probe()
+        except fatal:
+            raise
         except Exception as e:  # a probe's failure is "not yet"; the last one is reported
             last, value = e, None
         if value is not None:

@@ -239,7 +239,7 @@ class ControlPlane:
             return result
 
         try:
-            wait_for(what, checked, timeout)
+            wait_for(what, checked, timeout, fatal=(ComponentFailed,))
         except ComponentFailed:
             raise
         except TimeoutError as e:

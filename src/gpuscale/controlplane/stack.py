@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..demo.processes import free_ports
 from .client import wait_for
+from .errors import ComponentFailed
 from .launcher import ControlPlane, GpuNode, Process, start_process
 
 __all__ = ["GpuStack", "NodeAgent"]
@@ -126,7 +127,7 @@ class GpuStack:
             return True if _SERVING.search(proc.log_path.read_text(errors="replace")) else None
 
         try:
-            wait_for(f"{proc.name} serving", serving, 30)
+            wait_for(f"{proc.name} serving", serving, 30, fatal=(ComponentFailed,))
         except TimeoutError:
             raise proc.failed("did not serve gRPC within 30 s") from None
 
