@@ -5,7 +5,7 @@ changing, and to the new pod Running, through the real KEDA and the real HPA, fo
 The control plane (``gpuscale.controlplane``: etcd, kube-apiserver, kube-controller-manager with the HPA at
 its default 15 s sync, kube-scheduler, kwok GPU nodes, the KEDA operator and metrics API server) runs with
 gpuscale's mock agents (1 s sampling, attribution every 5 s: the defaults) and the scaler. KEDA's
-``pollingInterval`` is its default 30 s. Scenarios, one step each, in one run:
+``pollingInterval`` is its default 30 s. Scenarios, in one run:
 
 * ``external`` (workload scope, 1 -> more replicas): the HPA asks KEDA's metrics API server, which asks the
   operator, which calls the scaler's GetMetrics; no KEDA poll on this path, the HPA's sync decides.
@@ -18,7 +18,8 @@ gpuscale's mock agents (1 s sampling, attribution every 5 s: the defaults) and t
   KEDA's 30 s poll can wake it.
 
 Each step is 10 % -> 90 % on every GPU at a random instant (target 50 per replica, ceil(1 x 90 / 50) = 2).
-One step per scenario: single samples, their spread is the poll and sync phases (0-15 s HPA, 0-30 s KEDA).
+``--steps`` of them per scenario (default 3), each at a random phase of the HPA's 15 s sync and KEDA's
+30 s poll; the JSON has each and the median.
 Writes bench/results/e2e-reaction.json with the component versions.
 """
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -133,6 +135,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", help="result file (default bench/results/e2e-reaction.json)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=3, help="steps per path (default 3)")
     args = ap.parse_args()
     random.seed(args.seed)
     binaries = build()
@@ -160,10 +163,19 @@ def main() -> None:
                     "external-poll-from-zero": ([*external, *pool], 0),
                 }
                 for name, (extra, start) in runs.items():
-                    so = render(*common, *ns_args(name), *extra)
-                    results[name] = scenario(plane, stack, name, so, start, settle_s=45)
-                    print(name, json.dumps(results[name]), flush=True)
-                    time.sleep(10)  # the namespace's pods are gone before the next
+                    steps = []
+                    for i in range(args.steps):
+                        so = render(*common, *ns_args(f"{name}-{i}"), *extra)
+                        steps.append(scenario(plane, stack, f"{name}-{i}", so, start, settle_s=45))
+                        print(name, json.dumps(steps[-1]), flush=True)
+                        time.sleep(10)  # the namespace's pods are gone before the next
+                    results[name] = {
+                        key: {
+                            "each": [x[key] for x in steps],
+                            "median": statistics.median(x[key] for x in steps),
+                        }
+                        for key in ("spec_replicas_s", "pod_running_s")
+                    }
             stack.stop()
     write_result(
         "e2e-reaction.json",
@@ -181,7 +193,7 @@ def main() -> None:
                 "prometheus_query_range": "30s",
                 "pool_activation_value": 30,
                 "step": "10 -> 90 % on every GPU",
-                "steps_per_scenario": 1,
+                "steps_per_scenario": args.steps,
             },
             "results": results,
             "machine": machine(),
