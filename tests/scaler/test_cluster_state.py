@@ -12,9 +12,9 @@ import pytest
 from gpuscale._proto import agent_pb2
 from gpuscale.errors import UsageError
 from gpuscale.scaler.discovery import DnsDiscovery, StaticDiscovery
-from gpuscale.scaler.selector import parse_selector
 from gpuscale.scaler.source import Query
 from gpuscale.scaler.state import ClusterState
+from gpuscale.scaling.selector import parse_selector
 
 SNAP, UPD = agent_pb2.NodeUpdate.SNAPSHOT, agent_pb2.NodeUpdate.UPDATE
 

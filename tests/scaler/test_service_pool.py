@@ -9,8 +9,8 @@ from collections.abc import Callable
 import grpc
 import pytest
 
-from gpuscale.scaler.selector import parse_selector
 from gpuscale.scaler.source import Query
+from gpuscale.scaling.selector import parse_selector
 
 from .conftest import Cluster, KedaClient, until
 

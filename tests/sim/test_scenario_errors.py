@@ -166,7 +166,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
 
 
 def _profiles() -> dict[str, dict[str, str]]:
-    from gpuscale.scaler.profiles import BUILTIN_PROFILES
+    from gpuscale.scaling.profiles import BUILTIN_PROFILES
 
     return {p.name: p.as_metadata() for p in BUILTIN_PROFILES}
 
@@ -217,7 +217,7 @@ def test_a_fractional_window_takes_in_the_samples_the_scaler_would() -> None:
 
 
 def test_the_window_defaults_to_the_scalers() -> None:
-    from gpuscale.scaler.metadata import DEFAULTS
+    from gpuscale.scaling.metadata import DEFAULTS
 
     scenario = parse_scenario(HEAD + _gpuscale_policy('{scalerAddress: a, targetValue: "70"}'))
     (trigger,) = scenario.policies[0].scaled_object.triggers  # type: ignore[union-attr]

@@ -13,7 +13,7 @@ import sys
 
 from ..errors import UsageError
 from ..render import MODES, HpaOptions, ScaledObjectOptions, render_hpa, render_scaledobject
-from ..scaler.profiles import AGGREGATIONS, BUILTIN_PROFILES, METRICS, SCOPES, SHARES
+from ..scaling.profiles import AGGREGATIONS, BUILTIN_PROFILES, METRICS, SCOPES, SHARES
 from ._options import profiles_from_option
 
 __all__ = ["register"]

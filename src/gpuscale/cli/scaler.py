@@ -12,10 +12,11 @@ from pathlib import Path
 from .. import lifecycle
 from ..errors import UsageError
 from ..netaddr import parse_host_port
-from ..scaler.errors import ProfileError
-from ..scaler.profiles import ProfileSet, load_profiles
+from ..scaler.profiles_file import load_profiles
 from ..scaler.server import Scaler, ScalerSettings
 from ..scaler.subscriber import SubscriberSettings
+from ..scaling.errors import ProfileError
+from ..scaling.profiles import ProfileSet
 from ._options import (
     add_server_arguments,
     add_server_tls_arguments,

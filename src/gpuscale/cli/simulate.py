@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _profiles(args: argparse.Namespace) -> dict[str, dict[str, str]]:
     """Every profile a trigger may name, as the metadata keys it sets (the simulator reads no scaler code)."""
-    from ..scaler.profiles import ProfileSet
+    from ..scaling.profiles import ProfileSet
 
     profiles = profiles_from_option(args.profiles) or ProfileSet.builtin()
     return {name: p.as_metadata() for name, p in profiles.items()}

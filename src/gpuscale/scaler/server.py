@@ -20,12 +20,12 @@ from prometheus_client import CollectorRegistry
 from ..httpserve import make_app, serve_app
 from ..lifecycle import cancel_tasks, within
 from ..netaddr import join_host_port, parse_host_port, split_address
+from ..scaling.metadata import MetadataCache
+from ..scaling.profiles import ProfileSet
 from ..tls import SERVER_OPTIONS, TlsFiles, add_server_port, server_credentials
 from .discovery import Discovery, DnsDiscovery, StaticDiscovery, follow
 from .ingest import WorkerPool
-from .metadata import MetadataCache
 from .metrics import ScalerMetrics
-from .profiles import ProfileSet
 from .service import SERVICE_NAME, ExternalScalerService, add_external_scaler
 from .state import ClusterState
 from .subscriber import AgentPool, SubscriberSettings

@@ -32,11 +32,11 @@ import grpc.aio
 
 from .._proto import externalscaler_pb2 as pb
 from .._proto import externalscaler_pb2_grpc as pb_grpc
-from .aggregate import Evaluation, evaluate
+from ..scaling.aggregate import Evaluation, evaluate
+from ..scaling.metadata import MetadataCache, TriggerMetadata, metric_name, target
+from ..scaling.selector import LabelSelector, parse_selector
 from .errors import MetadataError, SelectorError
-from .metadata import MetadataCache, TriggerMetadata, metric_name, target
 from .metrics import ScalerMetrics
-from .selector import LabelSelector, parse_selector
 from .source import ChangeFeed, GpuSource, Query
 from .status import EmptyPool, NotReady, NoWorkloadSelector, ScopeNotServed, UnattributedPods, status_code
 from .wire import (

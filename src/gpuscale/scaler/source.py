@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from .aggregate import GpuSeries
-from .profiles import Scope
-from .selector import LabelSelector
+from ..scaling.aggregate import GpuSeries
+from ..scaling.profiles import Scope
+from ..scaling.selector import LabelSelector
 
 __all__ = ["ChangeFeed", "GpuSource", "Query", "Selection"]
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from .._proto import agent_pb2
 from ..convert import device_from_pb, pod_from_pb, sample_row_from_pb
 from ..model import DeviceInfo, PodInfo
-from .aggregate import GpuSeries
-from .profiles import Scope
-from .ring import SampleRing
+from ..scaling.aggregate import GpuSeries
+from ..scaling.profiles import Scope
+from ..scaling.ring import SampleRing
 from .source import Query, Selection
 
 __all__ = ["ClusterState", "NodeStatus"]

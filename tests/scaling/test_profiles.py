@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuscale.scaler import BUILTIN_PROFILES, ProfileError, ProfileSet, load_profiles, parse_metadata
-from gpuscale.scaler.profiles import parse_profiles
+from gpuscale.scaler import load_profiles
+from gpuscale.scaling import BUILTIN_PROFILES, ProfileError, ProfileSet, parse_metadata
+from gpuscale.scaling.profiles import parse_profiles
 
 REQUIRED = {
     "batch-inference",

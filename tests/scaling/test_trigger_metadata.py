@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpuscale.scaler import (
+from gpuscale.scaling import (
     MetadataError,
     Profile,
     ProfileSet,
