@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol, TypeVar
@@ -32,13 +31,14 @@ import grpc.aio
 
 from .._proto import externalscaler_pb2 as pb
 from .._proto import externalscaler_pb2_grpc as pb_grpc
-from ..scaling.aggregate import Evaluation, evaluate
+from ..scaling.aggregate import Evaluation
+from ..scaling.answer import answer
 from ..scaling.metadata import MetadataCache, TriggerMetadata, metric_name, target
 from ..scaling.selector import LabelSelector, parse_selector
 from .errors import MetadataError, SelectorError
 from .metrics import ScalerMetrics
 from .source import ChangeFeed, GpuSource, Query
-from .status import EmptyPool, NotReady, NoWorkloadSelector, ScopeNotServed, UnattributedPods, status_code
+from .status import EmptyPool, NotReady, NoWorkloadSelector, ScopeNotServed, status_code
 from .wire import (
     ScaledObjectKey,
     is_active_response,
@@ -54,9 +54,6 @@ log = logging.getLogger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ExternalScaler"].full_name
 _T = TypeVar("_T")
 _Context = grpc.aio.ServicerContext[object, object]
-_NO_PODS = Evaluation(
-    value=0.0, aggregate=0.0, active=False, gpus=0, pods=0, skipped=0, newest_sample_age=math.inf
-)
 _WAIT_CODES = (grpc.StatusCode.UNAVAILABLE,)
 _MAX_SELECTORS = 4096
 # The status message travels percent-encoded in a trailer (up to 3 bytes per byte); gRPC clients drop a call
@@ -201,14 +198,10 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         selection = self.source.select(query)
         if feed is not None:
             feed.follow(selection.uuids)
-        if query.scope == "workload" and not selection.series:
-            if selection.gpu_pods:  # pods that ask for a GPU, none attributed: not a 0
-                where = f"ScaledObject {key.namespace}/{key.name}" if key is not None else "the workload"
-                raise UnattributedPods(where, selection.gpu_pods)
-            return _NO_PODS
         if query.scope == "pool" and not selection.series:
             raise EmptyPool(query.node_selector, self.source.node_count())
-        return evaluate(md, selection.series, now=self._clock())
+        where = f"ScaledObject {key.namespace}/{key.name}" if key is not None else "the workload"
+        return answer(md, selection.series, now=self._clock(), gpu_pods=selection.gpu_pods, workload=where)
 
     def _selector(self, key: ScaledObjectKey, text: str) -> LabelSelector:
         selector = self._selectors.get(text)

@@ -8,8 +8,10 @@ Hierarchy::
         │                        naming the key, the value and what is allowed (gRPC: INVALID_ARGUMENT)
         ├── SelectorError        a label selector string is invalid; ``problems`` names each bad part
         ├── ProfileError         a profiles file is invalid; ``problems`` names the profile and the field
-        └── NoDataError          no GPU in scope has a fresh sample of the metric (gRPC: UNAVAILABLE);
-                                 never answered with a made-up 0
+        ├── NoDataError          no GPU in scope has a fresh sample of the metric (gRPC: UNAVAILABLE);
+        │                        never answered with a made-up 0
+        └── UnattributedPods     workload scope: pods asking for a GPU run on GPU nodes, none has a GPU
+                                 attributed (gRPC: UNAVAILABLE), never a made-up 0
 
 ``MetadataError`` and ``ProfileError`` are raised only after every problem has been collected. The scaler
 service maps them to gRPC codes (``gpuscale.scaler.status``); the simulator and ``render`` turn them into
@@ -20,7 +22,14 @@ from __future__ import annotations
 
 from ..errors import GpuscaleError
 
-__all__ = ["MetadataError", "NoDataError", "ProfileError", "ScalingError", "SelectorError"]
+__all__ = [
+    "MetadataError",
+    "NoDataError",
+    "ProfileError",
+    "ScalingError",
+    "SelectorError",
+    "UnattributedPods",
+]
 
 _NOT_ON_MIG = frozenset({"gpu_utilization", "memory_utilization"})
 
@@ -78,3 +87,19 @@ class NoDataError(ScalingError):
                 "on gr_engine_active or sm_active (Hopper and newer), or memory_used_percent)"
             )
         super().__init__(f'no data for metric "{metric}": {detail}')
+
+
+class UnattributedPods(ScalingError):
+    """Workload scope: the workload's pods run on nodes the agents follow, yet no GPU is attributed to any of
+    them. Never a made-up 0 (which would scale the workload down): the agents may not be able to tell which
+    GPUs the pods hold, or the pods have just started."""
+
+    def __init__(self, workload: str, pods: int) -> None:
+        self.pods = pods
+        runs = "run" if pods != 1 else "runs"
+        super().__init__(
+            f"{workload}: {pods} pod{'s' if pods != 1 else ''} asking for a GPU {runs} on GPU nodes, but no "
+            "GPU is attributed to any of them. Either they have just started (the agents ask the kubelet "
+            "every few seconds), or the agents cannot tell which GPUs they hold: see the agents' logs (the "
+            "kubelet's PodResources socket; for GPUs from ResourceClaims, the node's ResourceSlices)"
+        )
