@@ -16,20 +16,18 @@ from typing import Protocol
 import grpc
 import grpc.aio
 from aiohttp import web
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
 from .._proto import agent_pb2, agent_pb2_grpc
 from ..backends.base import Backend
 from ..backends.errors import BackendError
+from ..grpcserve import serve_grpc
 from ..httpserve import make_app, serve_app
 from ..kube.errors import KubeError
 from ..kube.podresources import PodResourcesClient
 from ..lifecycle import cancel_tasks, within
 from ..model import Assignment, ContainerRef, PodInfo
-from ..netaddr import join_host_port, split_address
-from ..tls import SERVER_OPTIONS, add_server_port
+from ..netaddr import split_address
 from .attribution import attribute
 from .exporter import AgentMetrics, GpuCollector
 from .owners import OwnerResolver
@@ -178,34 +176,21 @@ class Agent:
         self.sampler.close()
 
     async def _start_grpc(self) -> None:
-        server = grpc.aio.server(options=SERVER_OPTIONS)
-        agent_pb2_grpc.add_AgentServicer_to_server(
-            WatchService(
-                self.state,
-                agent_id=self.agent_id,
-                interval=self.settings.interval,
-                history_seconds=self.settings.history_seconds,
-                metrics=self.metrics,
-                clock=self._clock,
-            ),
-            server,
+        watch = WatchService(
+            self.state,
+            agent_id=self.agent_id,
+            interval=self.settings.interval,
+            history_seconds=self.settings.history_seconds,
+            metrics=self.metrics,
+            clock=self._clock,
         )
-        health_servicer = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        for add in self.extra_services:
-            add(server)
-        names = [
-            agent_pb2.DESCRIPTOR.services_by_name["Agent"].full_name,
-            health.SERVICE_NAME,
-            reflection.SERVICE_NAME,
-        ]
-        reflection.enable_server_reflection(names, server)
-        address = join_host_port(*split_address(self.settings.grpc_address))
-        self.grpc_port = add_server_port(server, address, self.settings.tls)
-        await server.start()
-        await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-        await health_servicer.set(names[0], health_pb2.HealthCheckResponse.SERVING)
-        self._grpc = server
+        name = agent_pb2.DESCRIPTOR.services_by_name["Agent"].full_name
+        self._grpc, self.grpc_port = await serve_grpc(
+            self.settings.grpc_address,
+            [(name, lambda server: agent_pb2_grpc.add_AgentServicer_to_server(watch, server))],
+            tls=self.settings.tls,
+            extra=self.extra_services,
+        )
 
     async def _start_http(self) -> None:
         app = make_app(self.registry, healthy=self._health_problem, ready=self._ready_problem)

@@ -13,16 +13,15 @@ from typing import Any
 import grpc
 import grpc.aio
 from aiohttp import web
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
+from ..grpcserve import serve_grpc
 from ..httpserve import make_app, serve_app
 from ..lifecycle import cancel_tasks, within
-from ..netaddr import join_host_port, parse_host_port, split_address
+from ..netaddr import parse_host_port, split_address
 from ..scaling.metadata import MetadataCache
 from ..scaling.profiles import ProfileSet
-from ..tls import SERVER_OPTIONS, TlsFiles, add_server_port, server_credentials
+from ..tls import TlsFiles, server_credentials
 from .discovery import Discovery, DnsDiscovery, StaticDiscovery, follow
 from .ingest import WorkerPool
 from .metrics import ScalerMetrics
@@ -156,18 +155,11 @@ class Scaler:
             await within(self._api.close(), 3.0, "the Kubernetes API client")
 
     async def _start_grpc(self, service: ExternalScalerService) -> None:
-        server = grpc.aio.server(options=SERVER_OPTIONS)
-        add_external_scaler(server, service)
-        health_servicer = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        names = [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME]
-        reflection.enable_server_reflection(names, server)
-        address = join_host_port(*split_address(self.settings.grpc_address))
-        self.grpc_port = add_server_port(server, address, self.settings.tls)
-        await server.start()
-        await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-        await health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
-        self._grpc = server
+        self._grpc, self.grpc_port = await serve_grpc(
+            self.settings.grpc_address,
+            [(SERVICE_NAME, lambda server: add_external_scaler(server, service))],
+            tls=self.settings.tls,
+        )
 
     async def _start_http(self) -> None:
         app = make_app(self.registry, healthy=lambda: None, ready=self.ready_problem)
