@@ -230,4 +230,4 @@ def test_only_pods_that_ask_for_a_gpu_count_as_gpu_pods_and_old_agents_say_nothi
     m.pods.add(namespace="default", name="llm-old", uid="u2", labels={"app": "llm"})  # an older agent's
     state.apply(m)
     selection = state.select(LLM)
-    assert (selection.pods, selection.gpu_pods, selection.series) == (3, 1, ())
+    assert (selection.pods, [p.name for p in selection.gpu_pods], selection.series) == (3, ["default/llm-0"], ())

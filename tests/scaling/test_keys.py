@@ -34,7 +34,7 @@ def test_profiles_set_exactly_the_keys_the_table_allows() -> None:
     ]
     with pytest.raises(ProfileError) as info:
         parse_profiles({"profiles": {"p": {"podSelector": "app=x"}}})
-    assert "known fields are [activationValue, aggregation, description, extends, metric, scope, share" in str(info.value)
+    assert "known fields are [activationValue, aggregation, description, extends, maxMissingPercent, metric, scope, share" in str(info.value)
 
 
 @pytest.mark.parametrize("key", [k for k in KEYS if k.kind == "choice" and k.name != "profile"], ids=lambda k: k.name)

@@ -18,7 +18,7 @@ from gpuscale.scaling import (
 )
 
 KEYS = (
-    "[activationValue, aggregation, metric, namespace, nodeSelector, podSelector, profile, scope, share, "
+    "[activationValue, aggregation, maxMissingPercent, metric, namespace, nodeSelector, podSelector, profile, scope, share, "
     "staleAfter, targetValue, window]"
 )
 AGGREGATIONS = "[avg, max, min, p50, p90, p95, p99, sum]"

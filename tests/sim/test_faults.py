@@ -3,9 +3,11 @@ fallback in the polling loop, ``idleReplicaCount: 0``, and replica proposals tha
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpuscale.sim import ScenarioError, parse_scenario, run_scenario
 from gpuscale.sim.engine import Timeline
@@ -85,11 +87,36 @@ policies:
 
 def test_samples_missing_is_answered_as_the_scaler_answers_it() -> None:
     """10 pods at 70 %, target 70: steady. 4 pods' agents go dark at t=100; their last samples count until
-    they pass staleAfter (30 s), then the scaler answers from the 6 fresh pods alone."""
+    they pass staleAfter (30 s); then they are missing pods: the 6 fresh pods sit at the target, so the answer
+    keeps the current count (70 x 10) and the HPA keeps 10 replicas. Broken monitoring scales nothing."""
     tl = _run(SAMPLES_MISSING)
-    assert set(tl.desired[:130]) == {10}
+    assert set(tl.desired) == {10}
     assert tl.metric[120] == pytest.approx(700.0)  # within staleAfter: all 10 still count
-    assert tl.metric[-1] != pytest.approx(700.0)  # past it: the value the scaler answers without the 4
+    assert tl.metric[-1] == pytest.approx(700.0)  # past it: 6 fresh at the target, 4 missing: held
+
+
+def test_more_missing_than_max_missing_percent_is_unavailable_and_keda_keeps_the_replicas() -> None:
+    tl = _run(SAMPLES_MISSING.replace("pods: 4", "pods: 6"))  # 60 % missing, over the default 50
+    assert set(tl.desired) == {10}
+    assert math.isnan(tl.metric[-1])  # UNAVAILABLE: the HPA reads no value and keeps its replicas
+
+
+def test_llm_step_burst_with_4_of_10_pods_dark_keeps_its_replicas() -> None:
+    """The shipped burst scenario once it has scaled out: darken 4 of the workload's pods (their agents gone)
+    and the gpuscale policies keep at least the replicas they had."""
+    doc = yaml.safe_load((SCENARIOS / "llm-step-burst.yaml").read_text())
+    plain = run_scenario(parse_scenario(yaml.safe_dump(doc)))
+    start = 1500  # well after the burst has been served
+    for policy in doc["policies"]:
+        policy["faults"] = [{"type": "samples-missing", "pods": 4, "fromSeconds": start}]
+    gpuscale = [p["name"] for p in doc["policies"] if "prometheus" not in str(p["scaledObject"]["spec"]["triggers"])]
+    assert gpuscale, "llm-step-burst has a gpuscale policy"
+    doc["policies"] = [p for p in doc["policies"] if p["name"] in gpuscale]
+    dark = run_scenario(parse_scenario(yaml.safe_dump(doc)))
+    for before, after in zip((t for t in plain.timelines if t.policy in gpuscale), dark.timelines, strict=True):
+        at_start = before.desired[start]
+        assert at_start >= 10, (after.policy, at_start)
+        assert min(after.desired[start:]) >= min(before.desired[start:]), after.policy
 
 
 def test_a_terminating_pod_holds_its_gpu_and_no_controller_counts_it() -> None:

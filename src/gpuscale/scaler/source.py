@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..scaling.aggregate import GpuSeries
+from ..scaling.answer import GpuPod
 from ..scaling.profiles import Scope
 from ..scaling.selector import LabelSelector
 
@@ -32,12 +33,12 @@ class Query:
 @dataclass(frozen=True, slots=True)
 class Selection:
     """``series`` to evaluate; ``pods``: the workload's pods found (0 with no pods: the value is 0), of which
-    ``gpu_pods`` ask for a GPU (as their agents report it)."""
+    ``gpu_pods`` ask for a GPU (as their agents report it), on connected, stale or forgotten nodes."""
 
     series: tuple[GpuSeries, ...]
     pods: int = 0
     uuids: frozenset[str] = frozenset()
-    gpu_pods: int = 0
+    gpu_pods: tuple[GpuPod, ...] = ()
 
 
 class ChangeFeed(Protocol):

@@ -26,6 +26,7 @@ from .._proto import agent_pb2
 from ..convert import device_from_pb, pod_from_pb, sample_row_from_pb
 from ..model import DeviceInfo, PodInfo
 from ..scaling.aggregate import GpuSeries
+from ..scaling.answer import GpuPod
 from ..scaling.profiles import Scope
 from ..scaling.ring import SampleRing
 from .source import Query, Selection
@@ -106,6 +107,10 @@ class ClusterState:
         self._gpus_by_pod: dict[PodKey, dict[str, _Gpu]] = {}
         self._pods_by_ns: dict[str, dict[str, PodInfo]] = {}
         self._pod_nodes: dict[PodKey, set[str]] = {}
+        # GPU pods of forgotten nodes, by namespace: name -> (node, pod, monotonic time forgotten). They stay
+        # missing pods of their workloads (never a silent 0) until an agent reports them again or another
+        # forget_after passes.
+        self._forgotten: dict[str, dict[str, tuple[str, PodInfo, float]]] = {}
         self._ns_version: collections.Counter[str] = collections.Counter()
         self._version = 0  # bumped when a node is replaced, added or forgotten
         self._cache: dict[Query, tuple[int, int, Selection]] = {}
@@ -151,16 +156,25 @@ class ClusterState:
         ns = query.namespace or ""
         selector = query.pod_selector
         series: list[GpuSeries] = []
-        pods = gpu_pods = 0
+        gpu_pods: list[GpuPod] = []
+        pods = 0
         for name, info in self._pods_by_ns.get(ns, {}).items():
             if selector is not None and not selector.matches(info.labels):
                 continue
             pods += 1
-            gpu_pods += info.wants_gpu is True
             key = (ns, name)
+            if info.wants_gpu is True:
+                nodes = sorted(self._pod_nodes.get(key, ()))
+                node = self._nodes.get(nodes[0]) if nodes else None
+                connected = any(n in self._nodes and self._nodes[n].connected for n in nodes)
+                gpu_pods.append(GpuPod(f"{ns}/{name}", node.name if node else "?", connected))
             for uuid, gpu in self._gpus_by_pod.get(key, {}).items():
                 series.append(GpuSeries(uuid, gpu.samples, pod=f"{ns}/{name}", pids=gpu.pids_of(key)))
-        return Selection(tuple(series), pods, frozenset(s.uuid for s in series), gpu_pods)
+        for name, (node_name, info, _) in self._forgotten.get(ns, {}).items():
+            if selector is None or selector.matches(info.labels):
+                pods += 1
+                gpu_pods.append(GpuPod(f"{ns}/{name}", node_name, connected=False, forgotten=True))
+        return Selection(tuple(series), pods, frozenset(s.uuid for s in series), tuple(gpu_pods))
 
     def _select_pool(self, query: Query) -> Selection:
         selector = query.node_selector
@@ -252,6 +266,7 @@ class ClusterState:
         if node is not None and node.agent_id == agent_id and node.connected:
             node.connected = False
             node.disconnected_at = self._monotonic()
+            self._version += 1  # its pods are now missing pods of their workloads
             self._wake(set(node.gpus), set(), False)
 
     def sweep(self, forget_after: float) -> list[str]:
@@ -261,11 +276,28 @@ class ClusterState:
             n.name for n in self._nodes.values() if not n.connected and now - n.disconnected_at > forget_after
         ]
         for name in gone:
-            self._unindex_node(self._nodes.pop(name))
+            node = self._nodes.pop(name)
+            self._unindex_node(node)
             self._node_labels.pop(name, None)
-        if gone:
+            for (ns, pod), info in node.pods.items():
+                if info.wants_gpu is True and (ns, pod) not in self._pod_nodes:
+                    self._forgotten.setdefault(ns, {})[pod] = (name, info, now)
+        expired = False
+        for ns in list(self._forgotten):
+            kept = {k: v for k, v in self._forgotten[ns].items() if now - v[2] <= forget_after}
+            expired = expired or len(kept) != len(self._forgotten[ns])
+            if kept:
+                self._forgotten[ns] = kept
+            else:
+                del self._forgotten[ns]
+        if gone or expired:
             self._bump_all()
         return gone
+
+    @property
+    def forgotten_pods(self) -> int:
+        """GPU pods of forgotten nodes still counted as missing."""
+        return sum(len(v) for v in self._forgotten.values())
 
     def _snapshot(self, msg: agent_pb2.NodeUpdate, old: _Node | None) -> None:
         if old is not None:
@@ -354,6 +386,9 @@ class ClusterState:
 
     def _index_pod(self, node: str, info: PodInfo) -> None:
         key = (info.namespace, info.name)
+        lost = self._forgotten.get(info.namespace)
+        if lost is not None and lost.pop(info.name, None) is not None and not lost:
+            del self._forgotten[info.namespace]
         self._pods_by_ns.setdefault(info.namespace, {})[info.name] = info
         self._pod_nodes.setdefault(key, set()).add(node)
 

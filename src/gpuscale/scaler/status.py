@@ -6,6 +6,7 @@ Hierarchy (under ``ScalerError``, see ``errors.py``)::
     ├── MetadataError        → INVALID_ARGUMENT   (errors.py)
     ├── NoDataError          → UNAVAILABLE        (errors.py)
     ├── UnattributedPods     → UNAVAILABLE        (gpuscale.scaling.errors)
+    ├── MissingPods          → UNAVAILABLE        (gpuscale.scaling.errors)
     ├── ScopeNotServed       → INVALID_ARGUMENT   this server does not answer the trigger's scope
     ├── NotReady             → UNAVAILABLE        no agent has reported yet
     ├── EmptyPool            → UNAVAILABLE        pool scope: no node with GPUs matches the nodeSelector
@@ -20,7 +21,7 @@ from __future__ import annotations
 import grpc
 
 from ..kube.errors import KubeApiError
-from ..scaling.errors import MetadataError, NoDataError, UnattributedPods
+from ..scaling.errors import MetadataError, MissingPods, NoDataError, UnattributedPods
 from .errors import ScalerError
 
 __all__ = ["EmptyPool", "NoWorkloadSelector", "NotReady", "ScopeNotServed", "status_code"]
@@ -56,7 +57,7 @@ class NoWorkloadSelector(ScalerError):
 def status_code(e: BaseException) -> grpc.StatusCode:
     if isinstance(e, MetadataError | ScopeNotServed):
         return grpc.StatusCode.INVALID_ARGUMENT
-    if isinstance(e, NoDataError | NotReady | EmptyPool | UnattributedPods):
+    if isinstance(e, NoDataError | NotReady | EmptyPool | UnattributedPods | MissingPods):
         return grpc.StatusCode.UNAVAILABLE
     if isinstance(e, NoWorkloadSelector):
         return grpc.StatusCode.FAILED_PRECONDITION

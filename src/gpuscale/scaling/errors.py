@@ -10,8 +10,10 @@ Hierarchy::
         ├── ProfileError         a profiles file is invalid; ``problems`` names the profile and the field
         ├── NoDataError          no GPU in scope has a fresh sample of the metric (gRPC: UNAVAILABLE);
         │                        never answered with a made-up 0
-        └── UnattributedPods     workload scope: pods asking for a GPU run on GPU nodes, none has a GPU
-                                 attributed (gRPC: UNAVAILABLE), never a made-up 0
+        ├── UnattributedPods     workload scope: pods asking for a GPU run on GPU nodes, none has a GPU
+        │                        attributed (gRPC: UNAVAILABLE), never a made-up 0
+        └── MissingPods          workload scope: no GPU pod is fresh, or more than maxMissingPercent
+                                 are missing (gRPC: UNAVAILABLE)
 
 ``MetadataError`` and ``ProfileError`` are raised only after every problem has been collected. The scaler
 service maps them to gRPC codes (``gpuscale.scaler.status``); the simulator and ``render`` turn them into
@@ -24,6 +26,7 @@ from ..errors import GpuscaleError
 
 __all__ = [
     "MetadataError",
+    "MissingPods",
     "NoDataError",
     "ProfileError",
     "ScalingError",
@@ -102,4 +105,21 @@ class UnattributedPods(ScalingError):
             "GPU is attributed to any of them. Either they have just started (the agents ask the kubelet "
             "every few seconds), or the agents cannot tell which GPUs they hold: see the agents' logs (the "
             "kubelet's PodResources socket; for GPUs from ResourceClaims, the node's ResourceSlices)"
+        )
+
+
+class MissingPods(ScalingError):
+    """Workload scope: too many of the workload's GPU pods have no fresh, attributed sample (all of them, or
+    more than ``maxMissingPercent``). ``nodes`` names where they are and why. Never a made-up low value:
+    KEDA keeps the replicas or applies its fallback."""
+
+    def __init__(
+        self, workload: str, *, missing: int, fresh: int, limit: float, nodes: tuple[str, ...]
+    ) -> None:
+        self.missing, self.fresh, self.limit, self.nodes = missing, fresh, limit, nodes
+        total = missing + fresh
+        why = "none is fresh" if fresh == 0 else f"more than maxMissingPercent ({limit:g} %)"
+        super().__init__(
+            f"{workload}: {missing} of {total} GPU pod{'s' if total != 1 else ''} have no fresh sample "
+            f"({why}): {', '.join(nodes)}; KEDA keeps the replicas or applies its fallback"
         )

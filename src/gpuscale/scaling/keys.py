@@ -131,6 +131,12 @@ KEYS: Final[tuple[Key, ...]] = (
         "is left, the call fails (`UNAVAILABLE`). gpuscale never reports a made-up 0.",
         "a finite number > 0",
         default=30.0, profile=True, exclusive=True),
+    Key("maxMissingPercent", "max_missing_percent", "number",
+        "Workload scope: the share of the workload's GPU pods that may be missing (no fresh, attributed "
+        "sample: agent gone, no device listed, share unknown) before the call fails with `UNAVAILABLE`. "
+        "Below it, missing pods count as the HPA counts pods without metrics (see below).",
+        "a finite number from 0 to 100",
+        default=50.0, profile=True, maximum=100.0),
     Key("scope", "scope", "choice", "Which GPUs count.",
         "`workload`: the GPUs assigned to the scale target's pods, on any node. `node`: the GPUs of the node "
         "whose agent answers. `pool`: every GPU on the nodes matching `nodeSelector`",

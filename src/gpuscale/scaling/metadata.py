@@ -65,6 +65,7 @@ class TriggerMetadata:
     stale_after: float
     scope: Scope
     share: Share
+    max_missing_percent: float = 50.0
     profile: str | None = None
     pod_selector: LabelSelector | None = None
     namespace: str | None = None
@@ -165,6 +166,7 @@ def parse_metadata(metadata: Mapping[str, str], profiles: ProfileSet | None = No
         stale_after=float(cast(float, values["staleAfter"])),
         scope=cast(Scope, values["scope"]),
         share=cast(Share, values["share"]),
+        max_missing_percent=float(cast(float, values["maxMissingPercent"])),
         profile=profile.name if profile else None,
         pod_selector=selectors.get("podSelector"),
         namespace=cast(str | None, raw.get("namespace")),

@@ -161,6 +161,7 @@ class Profile:
     activation_value: float | None = None
     window: float | None = None
     stale_after: float | None = None
+    max_missing_percent: float | None = None
     scope: Scope | None = None
     share: Share | None = None
 

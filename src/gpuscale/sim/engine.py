@@ -22,8 +22,8 @@ from typing import Literal, overload
 
 from ..model import GpuSample
 from ..scaling.aggregate import GpuSeries
-from ..scaling.answer import answer
-from ..scaling.errors import NoDataError, UnattributedPods
+from ..scaling.answer import GpuPod, answer
+from ..scaling.errors import MissingPods, NoDataError, UnattributedPods
 from .controller import reconcile
 from .faults import Fault
 from .hpa import (
@@ -160,8 +160,9 @@ def gpuscale_reading(trig: TriggerSpec, series: Sequence[GpuSeries], now: float)
     GPU."""
     assert trig.metadata is not None
     try:
-        result = answer(trig.metadata, series, now=now, gpu_pods=len(series))
-    except (NoDataError, UnattributedPods):
+        pods = [GpuPod(s.pod or s.uuid, "sim") for s in series]
+        result = answer(trig.metadata, series, now=now, gpu_pods=pods)
+    except (NoDataError, UnattributedPods, MissingPods):
         return None, False
     return result.value, result.active
 
