@@ -143,7 +143,7 @@ async def test_unexpected_exception_is_internal_for_that_call_only(
     cluster.add_pod("default", "llm-0", "node-a", [0], {"app": "llm"})
     scaler = await cluster.scaler(kube=False)
     client = keda(scaler.grpc_port)
-    await until(lambda: scaler.state.select is not None and scaler.state.problem() is None)
+    await until(lambda: scaler.state.problem() is None and scaler.view_problem() is None)
     real = scaler.state.select
     calls = 0
 

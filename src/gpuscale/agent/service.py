@@ -79,6 +79,10 @@ class PodSource(Protocol):
 
     def container(self, container_id: str) -> ContainerRef | None: ...
 
+    @property
+    def synced(self) -> asyncio.Event:
+        """Set once the first complete pod list is in."""
+
     async def run(self) -> None: ...
 
 
@@ -104,6 +108,7 @@ class Agent:
         self.sampler = Sampler(backend, read_timeout=settings.read_timeout, clock=clock)
         self.pods = pods
         self._pods_seen = -1
+        self._attributed_once = True  # start() says otherwise while the kubelet is unread
         self.node = node
         self._node_seen = -1
         self.dra = dra
@@ -152,6 +157,10 @@ class Agent:
                 len(self.state.devices),
                 self.sampler.backend.name,
             )
+        # Until the pod list is synced and the kubelet read once, the Watch stream says its view is
+        # incomplete: a scaler then keeps what it knew of this node's pods (an agent restart changes nothing)
+        self._attributed_once = not os.path.exists(s.kubelet_socket)
+        self.state.set_complete(self._clock(), self._view_complete())
         await self._start_grpc()
         await self._start_http()
         self._tasks.append(asyncio.create_task(self._loop("sampling", self._sample_forever)))
@@ -274,6 +283,8 @@ class Agent:
         if self.pods is not None and self.pods.version != self._pods_seen:
             self._pods_seen = self.pods.version
             self.state.set_pods(self._clock(), self.pods.snapshot())
+        if not self.state.complete:
+            self.state.set_complete(self._clock(), self._view_complete())
         if self.node is not None and self.node.version != self._node_seen:
             self._node_seen = self.node.version
             self.state.set_node_labels(self._clock(), self.node.labels)
@@ -340,6 +351,11 @@ class Agent:
                 )
             await asyncio.sleep(s.attribution_interval)
 
+    def _view_complete(self) -> bool:
+        """The pod list synced (or none is watched) and the kubelet read once (or there is none)."""
+        pods_synced = self.pods is None or self.pods.synced.is_set()
+        return pods_synced and self._attributed_once
+
     async def _refresh_attribution(self) -> None:
         if self._kubelet is None:
             self._kubelet = PodResourcesClient(
@@ -379,6 +395,7 @@ class Agent:
                 why,
             )
         self._undescribed_said = set(undescribed)
+        self._attributed_once = True
         if self.state.set_assignments(self._clock(), dict(result.by_device)):
             log.info(
                 "GPU attribution changed: %d of %d GPUs held by pods",

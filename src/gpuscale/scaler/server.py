@@ -96,6 +96,7 @@ class Scaler:
         self._tasks: list[asyncio.Task[None]] = []
         self._started = 0.0
         self._discovered = False
+        self._view_complete = False
         self.metrics.bind(
             agents_connected=lambda: self.pool.connected,
             agents_known=lambda: len(self.pool.addresses),
@@ -121,7 +122,12 @@ class Scaler:
                 "in the trigger metadata"
             )
         self.service = ExternalScalerService(
-            self.state, metadata=self.metadata, resolver=resolver, metrics=self.metrics, clock=self._clock
+            self.state,
+            metadata=self.metadata,
+            resolver=resolver,
+            metrics=self.metrics,
+            clock=self._clock,
+            view_problem=self.view_problem,
         )
         if isinstance(self.pool, WorkerPool):
             await self.pool.start()
@@ -166,13 +172,33 @@ class Scaler:
         self._http, self.metrics_port = await serve_app(app, *split_address(self.settings.metrics_address))
 
     def ready_problem(self) -> str | None:
-        """Ready once every discovered agent has sent its state, or ``ready_grace_s`` after start."""
+        """Ready once every discovered agent has sent its complete state, or ``ready_grace_s`` after start."""
+        return self.view_problem()
+
+    def view_problem(self) -> str | None:
+        """Why the scaler's view of the cluster is not complete yet, or ``None``. Until every discovered agent
+        has sent its complete state, or ``ready_grace_s`` has passed since start (those that have not are
+        given up), ``GetMetrics`` and ``IsActive`` answer ``UNAVAILABLE``: a restarted scaler never answers
+        from part of the cluster."""
+        if self._view_complete:
+            return None  # complete once: from then on a node going away is the missing-pod rule's
         if not self._discovered:
             return "agents not discovered yet"
-        if time.monotonic() - self._started >= self.settings.ready_grace_s:
+        grace = self.settings.ready_grace_s
+        if time.monotonic() - self._started >= grace:
+            self._view_complete = True
             return None
         known, connected = len(self.pool.addresses), self.pool.connected
-        return None if connected >= known else f"{connected} of {known} agents have sent their state"
+        if connected < known:
+            return f"{connected} of {known} agents have sent their state (waiting at most {grace:g} s)"
+        incomplete = self.state.incomplete_nodes
+        if incomplete:
+            return (
+                f"the agents of {', '.join(incomplete)} have not read their pods yet (waiting at most "
+                f"{grace:g} s)"
+            )
+        self._view_complete = True
+        return None
 
 
 def _with_history(settings: SubscriberSettings, history_s: float) -> SubscriberSettings:

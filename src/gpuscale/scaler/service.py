@@ -76,8 +76,10 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         resolver: SelectorResolver | None = None,
         metrics: ScalerMetrics | None = None,
         clock: Callable[[], float] = time.time,
+        view_problem: Callable[[], str | None] | None = None,
     ) -> None:
         self.source = source
+        self._view_problem = view_problem
         self.metadata = metadata or MetadataCache()
         self.resolver = resolver
         self.metrics = metrics
@@ -193,6 +195,10 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
     ) -> Evaluation:
         """Evaluate ``md`` over the GPUs of ``query`` now; raise ``NoDataError``/``NotReady`` without data."""
         problem = self.source.problem()
+        if problem is None and self._view_problem is not None:
+            problem = self._view_problem()
+            if problem is not None:
+                problem = f"the scaler's view of the cluster is not complete yet: {problem}"
         if problem is not None:
             raise NotReady(problem)
         selection = self.source.select(query)

@@ -39,7 +39,7 @@ _MAX_CACHED = 8192
 
 
 class _Gpu:
-    __slots__ = ("device", "error", "node", "owners", "pods", "samples")
+    __slots__ = ("carried", "device", "error", "node", "owners", "pods", "samples")
 
     def __init__(self, node: str, device: DeviceInfo, maxlen: int) -> None:
         self.node = node
@@ -48,6 +48,7 @@ class _Gpu:
         self.error = ""
         self.pods: tuple[PodKey, ...] = ()
         self.owners: dict[int, PodKey] = {}  # pid → pod, from the newest sample
+        self.carried = False  # its holders are a restarted agent's predecessor's, not confirmed yet
 
     def pids_of(self, pod: PodKey) -> frozenset[int] | None:
         if self.owners:
@@ -65,6 +66,10 @@ class _Node:
     connected: bool = True
     last_message: float = 0.0  # monotonic
     disconnected_at: float = 0.0  # monotonic
+    # a restarted agent whose view is not complete yet: the pods and attributions of its predecessor are kept
+    carried: bool = False
+    # an agent whose view is not complete yet, with no predecessor to carry from: its pods are not known
+    incomplete: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +300,11 @@ class ClusterState:
         return gone
 
     @property
+    def incomplete_nodes(self) -> list[str]:
+        """Nodes whose agent has not yet read its pods and the kubelet, with nothing known from before."""
+        return sorted(n.name for n in self._nodes.values() if n.incomplete)
+
+    @property
     def forgotten_pods(self) -> int:
         """GPU pods of forgotten nodes still counted as missing."""
         return sum(len(v) for v in self._forgotten.values())
@@ -304,14 +314,23 @@ class ClusterState:
             self._unindex_node(old)
         interval = msg.interval_seconds if msg.interval_seconds > 0 else 1.0
         node = _Node(msg.node_name, msg.agent_id, interval, last_message=self._monotonic())
+        # An agent that has not read its pods and the kubelet yet (just restarted) says so: keep what its
+        # predecessor said of them until it has, so a restart changes no answer.
+        carry = old is not None and msg.HasField("complete") and not msg.complete
+        node.carried = carry
+        node.incomplete = not carry and msg.HasField("complete") and not msg.complete
         maxlen = max(2, int(self.history_s / interval) + 2)
         for g in msg.gpus:
             gpu = _Gpu(node.name, device_from_pb(g.device), maxlen)
             node.gpus[gpu.device.uuid] = gpu
             self._gpu_state(gpu, g)
+            if carry and not gpu.pods:
+                before = old.gpus.get(gpu.device.uuid) if old is not None else None
+                if before is not None and before.pods:
+                    gpu.pods, gpu.owners, gpu.carried = before.pods, dict(before.owners), True
             self._index_gpu(gpu)
-        for p in msg.pods:
-            info = pod_from_pb(p)
+        pods = old.pods.values() if carry and old is not None else (pod_from_pb(p) for p in msg.pods)
+        for info in pods:
             node.pods[(info.namespace, info.name)] = info
             self._index_pod(node.name, info)
         if msg.node_labels:  # none: the agent has not read its Node yet (just started): keep what was known
@@ -324,6 +343,16 @@ class ClusterState:
         uuids: set[str] = set()
         maxlen = max(2, int(self.history_s / node.interval) + 2)
         added = False
+        if node.incomplete and msg.HasField("complete") and msg.complete:
+            node.incomplete = False
+        if node.carried and msg.HasField("complete") and msg.complete:
+            node.carried = False  # the new agent's view is whole: from here on its word is the node's
+            for held in node.gpus.values():
+                if held.carried:  # the new agent never named a holder: it has none
+                    self._unindex_gpu(held)
+                    held.pods, held.owners, held.carried = (), {}, False
+            self._version += 1
+            added = True
         for g in msg.gpus:
             uuid = g.device.uuid
             uuids.add(uuid)
@@ -334,12 +363,16 @@ class ClusterState:
                 added = True
             pods, owners = gpu.pods, gpu.owners
             self._gpu_state(gpu, g)
+            if node.carried and not gpu.pods:  # not attributed yet by the new agent: keep the carried one
+                gpu.pods, gpu.owners = pods, owners
+            elif gpu.pods:
+                gpu.carried = False
             if gpu.pods != pods or gpu.owners != owners:  # who holds the GPU changed: re-index it
                 self._unindex_gpu(gpu, pods)
                 self._index_gpu(gpu)
                 namespaces.update(ns for ns, _ in (*pods, *gpu.pods))
                 namespaces.update(ns for ns, _ in (*owners.values(), *gpu.owners.values()))
-        if msg.pods_changed:
+        if msg.pods_changed and not node.carried:
             new = {(p.namespace, p.name): pod_from_pb(p) for p in msg.pods}
             for key, info in node.pods.items():
                 if new.get(key) != info:
