@@ -258,6 +258,7 @@ class LocalApiServer:
         self.oldest_resource_version = self.resource_version
         self.gone_as_status = False
         self.fail_next: list[int] = []  # HTTP statuses to answer the next requests with
+        self.fail_pod_lists_until = 0.0  # loop time until which every pod list or watch is answered 500
         self.requests: list[str] = []  # "GET /path?query" of every request
         self._watches: set[_Watch] = set()
         # called with (groupVersion, plural, namespace, name, replicas) after a write to ``/scale``
@@ -510,6 +511,8 @@ class LocalApiServer:
         self.requests.append(f"{request.method} {request.path_qs}")
         if self.token is not None and request.headers.get("Authorization") != f"Bearer {self.token}":
             return self.status(401, "Unauthorized", "Unauthorized")
+        if request.path.endswith("/pods") and asyncio.get_running_loop().time() < self.fail_pod_lists_until:
+            return self.status(500, "InternalError", "injected failure: pod lists failing")
         if self.fail_next:
             code = self.fail_next.pop(0)
             return self.status(

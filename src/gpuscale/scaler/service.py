@@ -33,6 +33,7 @@ from .._proto import externalscaler_pb2 as pb
 from .._proto import externalscaler_pb2_grpc as pb_grpc
 from ..scaling.aggregate import Evaluation
 from ..scaling.answer import answer
+from ..scaling.errors import MissingPods
 from ..scaling.metadata import MetadataCache, TriggerMetadata, metric_name, target
 from ..scaling.selector import LabelSelector, parse_selector
 from .errors import MetadataError, SelectorError
@@ -56,6 +57,7 @@ _T = TypeVar("_T")
 _Context = grpc.aio.ServicerContext[object, object]
 _WAIT_CODES = (grpc.StatusCode.UNAVAILABLE,)
 _MAX_SELECTORS = 4096
+_MISSING_LOG_EVERY_S = 60.0
 # The status message travels percent-encoded in a trailer (up to 3 bytes per byte); gRPC clients drop a call
 # whose trailers pass 8-16 KiB (RESOURCE_EXHAUSTED "received metadata size exceeds hard limit").
 _MAX_DETAILS_BYTES = 2000
@@ -85,6 +87,7 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         self.metrics = metrics
         self._clock = clock
         self._selectors: dict[str, LabelSelector] = {}
+        self._missing_logged: dict[tuple[str, str], float] = {}
 
     # -- the four calls --------------------------------------------------------------------------------
     async def GetMetricSpec(self, request: pb.ScaledObjectRef, context: _Context) -> pb.GetMetricSpecResponse:
@@ -207,7 +210,40 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         if query.scope == "pool" and not selection.series:
             raise EmptyPool(query.node_selector, self.source.node_count())
         where = f"ScaledObject {key.namespace}/{key.name}" if key is not None else "the workload"
-        return answer(md, selection.series, now=self._clock(), gpu_pods=selection.gpu_pods, workload=where)
+        try:
+            result = answer(
+                md, selection.series, now=self._clock(), gpu_pods=selection.gpu_pods, workload=where
+            )
+        except MissingPods as e:
+            self._note_missing(key, e.missing, str(e))
+            raise
+        if query.scope == "workload":
+            self._note_missing(key, result.missing, ", ".join(result.missing_where))
+        return result
+
+    def _note_missing(self, key: ScaledObjectKey | None, missing: int, why: str) -> None:
+        """The missing-pods gauge, and a warning naming where and why, at most once a minute per object."""
+        if key is None:
+            return
+        if self.metrics is not None:
+            self.metrics.set_missing(key.namespace, key.name, missing)
+        if not missing:
+            self._missing_logged.pop((key.namespace, key.name), None)
+            return
+        now = time.monotonic()
+        last = self._missing_logged.get((key.namespace, key.name))
+        if last is None or now - last >= _MISSING_LOG_EVERY_S:
+            self._missing_logged[(key.namespace, key.name)] = now
+            if len(self._missing_logged) > _MAX_SELECTORS:
+                self._missing_logged.clear()
+            log.warning(
+                "ScaledObject %s/%s: %d GPU pods without a fresh sample%s; answering as the HPA counts pods "
+                "without metrics (never a scale-down because data is missing)",
+                key.namespace,
+                key.name,
+                missing,
+                f" ({why})" if why else "",
+            )
 
     def _selector(self, key: ScaledObjectKey, text: str) -> LabelSelector:
         selector = self._selectors.get(text)

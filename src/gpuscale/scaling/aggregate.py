@@ -103,6 +103,7 @@ class Evaluation:
     newest_sample_age: float
     fresh_pods: frozenset[str] = frozenset()  # workload scope: the pods with a usable sample
     missing: int = 0  # workload scope: GPU pods without one (``answer``'s missing-pod rule)
+    missing_where: tuple[str, ...] = ()  # their nodes and why: "node-3 (agent gone: 2 pods)"
 
 
 def extractor(metric: Metric, share: Share = "gpu", pids: Collection[int] | None = None) -> Extract:

@@ -130,9 +130,8 @@ def answer(
     total = fresh + len(missing)
     if 100.0 * len(missing) / total > md.max_missing_percent:
         raise _missing(workload, md, missing, fresh)
-    return replace(
-        result, value=_hpa_rule(md, result.aggregate, fresh, len(missing)), active=True, missing=len(missing)
-    )
+    value = _hpa_rule(md, result.aggregate, fresh, len(missing))
+    return replace(result, value=value, active=True, missing=len(missing), missing_where=_where(missing))
 
 
 def _hpa_rule(md: TriggerMetadata, aggregate: float, fresh: int, missing: int) -> float:
@@ -152,9 +151,14 @@ def _hpa_rule(md: TriggerMetadata, aggregate: float, fresh: int, missing: int) -
     return hold
 
 
-def _missing(workload: str, md: TriggerMetadata, missing: Sequence[Missing], fresh: int) -> MissingPods:
+def _where(missing: Sequence[Missing]) -> tuple[str, ...]:
+    """Where missing pods are and why, per node and reason: ``node-3 (agent gone: 2 pods)``."""
     where = Counter((m.node, m.reason) for m in missing)
-    nodes = tuple(
+    return tuple(
         f"{node} ({reason}: {n} pod{'s' if n != 1 else ''})" for (node, reason), n in sorted(where.items())
     )
-    return MissingPods(workload, missing=len(missing), fresh=fresh, limit=md.max_missing_percent, nodes=nodes)
+
+
+def _missing(workload: str, md: TriggerMetadata, missing: Sequence[Missing], fresh: int) -> MissingPods:
+    limit = md.max_missing_percent
+    return MissingPods(workload, missing=len(missing), fresh=fresh, limit=limit, nodes=_where(missing))
