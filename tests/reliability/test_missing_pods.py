@@ -161,4 +161,5 @@ async def test_pods_the_kubelet_lists_no_device_for_are_missing_not_dropped(
     kubelet.pods = []  # the kubelet lists no device for node-2's pods (their pods still run)
     await until(lambda: _is(client, LLM, 600.0), what="held: 2 pods missing")
     code, message = await client.code_of(client.metrics({**LLM, "maxMissingPercent": "10"}))
+    assert code == grpc.StatusCode.UNAVAILABLE
     assert "node-2 (no device listed: 2 pods)" in message

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol, TypeVar
@@ -178,6 +179,7 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
             raise MetadataError(
                 ('the ScaledObjectRef has no namespace and parameter "namespace" is not set; give one',)
             )
+        _check_ref(key)
         selector = md.pod_selector
         if selector is None:
             if self.resolver is None:
@@ -281,6 +283,29 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
             await context.abort(code, _details(f"internal error in {method}: {type(e).__name__}: {e}"))
         log.debug("%s: %s: %s", method, code.name, e)
         await context.abort(code, _details(str(e)))
+
+
+# What the API server accepts: a ScaledObject's name is a DNS subdomain, its namespace a DNS label. Anything
+# else never reaches a request path (where it would travel unescaped).
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _check_ref(key: ScaledObjectKey) -> None:
+    """``INVALID_ARGUMENT`` for a ScaledObjectRef whose name or namespace no Kubernetes object can have."""
+    problems = []
+    if key.namespace and not _LABEL.match(key.namespace):
+        problems.append(
+            f"the ScaledObjectRef's namespace {key.namespace[:100]!r} is not a Kubernetes namespace name "
+            "(1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit)"
+        )
+    if not key.name or len(key.name) > 253 or not _SUBDOMAIN.match(key.name):
+        problems.append(
+            f"the ScaledObjectRef's name {key.name[:100]!r} is not a Kubernetes object name (at most 253 "
+            "lowercase letters, digits, '-' and '.', starting and ending with a letter or digit)"
+        )
+    if problems:
+        raise MetadataError(tuple(problems))
 
 
 def _details(text: str) -> str:
