@@ -11,6 +11,7 @@ from collections.abc import Callable
 import grpc
 import pytest
 
+from tests.reliability.proxy import PausableProxy
 from tests.scaler.conftest import Cluster, KedaClient, until
 
 TARGET = 60.0
@@ -163,3 +164,35 @@ async def test_pods_the_kubelet_lists_no_device_for_are_missing_not_dropped(
     code, message = await client.code_of(client.metrics({**LLM, "maxMissingPercent": "10"}))
     assert code == grpc.StatusCode.UNAVAILABLE
     assert "node-2 (no device listed: 2 pods)" in message
+
+
+async def test_a_scaler_restarted_while_an_agent_hangs_counts_that_nodes_pods_from_the_api(
+    cluster: Cluster, keda: Callable[[int], KedaClient]
+) -> None:
+    """The scaler (re)starts while node-4's agent hangs (its connection accepted, nothing sent). Until its
+    view is complete (ready grace, 2 s here) it answers UNAVAILABLE, never a partial value; then it gives the
+    hung agent up, and the Kubernetes API's list of the workload's Running GPU pods makes node-4's two pods
+    missing pods: at 30 % of a target of 60 the 8 others ask to scale down, and the two count as the target.
+    Without the API, they would be unknown and the answer lower."""
+    for n in range(5):
+        await cluster.node(f"node-{n}", "constant:30", gpus=2)
+        for g in range(2):
+            cluster.add_pod("default", f"llm-{n}-{g}", f"node-{n}", [g], {"app": "llm"})
+    hung = PausableProxy(cluster.nodes["node-4"].agent.grpc_port)
+    await hung.start()
+    hung.pause()
+    try:
+        agents = (*(cluster.nodes[f"node-{n}"].address for n in range(4)), hung.address)
+        answers: dict[bool, float | grpc.StatusCode] = {}
+        for kube in (False, True):
+            scaler = await cluster.scaler(kube=kube, agents=agents)
+            client = keda(scaler.grpc_port)
+            first = await answer(client, LLM)
+            assert first == grpc.StatusCode.UNAVAILABLE  # not complete: never from part of the cluster
+            await until(lambda s=scaler: s.view_problem() is None, what="ready grace over")  # type: ignore[misc]
+            await asyncio.sleep(0.3)
+            answers[kube] = await answer(client, LLM)
+        assert answers[False] == pytest.approx(240.0)  # 8 pods known, x 30: the HPA would ask 4
+        assert answers[True] == pytest.approx(240.0 + 2 * 60.0)  # node-4's 2 pods at the target: the HPA asks 6
+    finally:
+        await hung.stop()

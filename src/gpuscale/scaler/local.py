@@ -80,6 +80,9 @@ class LocalNodeSource:
     def node_count(self) -> int:
         return 1
 
+    def follows(self, node: str) -> bool:
+        return node == self._state.node_name
+
     def feed(self, query: Query) -> _LocalFeed:
         return _LocalFeed(self._state)
 

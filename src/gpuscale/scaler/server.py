@@ -108,14 +108,17 @@ class Scaler:
         s = self.settings
         self._started = time.monotonic()
         resolver = None
+        pods = None
         if self._api is None and (s.kubeconfig is not None or s.in_cluster):
             from ..kube.pods import api_client_from
 
             self._api, self._own_api = await api_client_from(s.kubeconfig, s.in_cluster), True
         if self._api is not None:
+            from ..kube.workload_pods import WorkloadPodLister
             from ..kube.workloads import WorkloadResolver
 
             resolver = WorkloadResolver(self._api)
+            pods = WorkloadPodLister(self._api)
         else:
             log.warning(
                 "no Kubernetes API (--kubeconfig or in-cluster): workload scope works only with podSelector "
@@ -128,6 +131,7 @@ class Scaler:
             metrics=self.metrics,
             clock=self._clock,
             view_problem=self.view_problem,
+            pods=pods,
         )
         if isinstance(self.pool, WorkerPool):
             await self.pool.start()

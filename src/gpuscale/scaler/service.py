@@ -24,7 +24,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar
 
 import grpc
@@ -33,7 +33,7 @@ import grpc.aio
 from .._proto import externalscaler_pb2 as pb
 from .._proto import externalscaler_pb2_grpc as pb_grpc
 from ..scaling.aggregate import Evaluation
-from ..scaling.answer import answer
+from ..scaling.answer import GpuPod, answer
 from ..scaling.errors import MissingPods
 from ..scaling.metadata import MetadataCache, TriggerMetadata, metric_name, target
 from ..scaling.selector import LabelSelector, parse_selector
@@ -70,6 +70,22 @@ class SelectorResolver(Protocol):
     async def selector(self, namespace: str, name: str) -> str: ...
 
 
+class PodLister(Protocol):
+    """``kube.workload_pods.WorkloadPodLister``: a workload's GPU pods as the Kubernetes API lists them."""
+
+    def cached(self, namespace: str, selector: str) -> Sequence[ApiPod] | None: ...
+
+    async def refresh(self, namespace: str, selector: str) -> None: ...
+
+
+class ApiPod(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def node(self) -> str: ...
+
+
 class ExternalScalerService(pb_grpc.ExternalScalerServicer):
     def __init__(
         self,
@@ -80,8 +96,10 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         metrics: ScalerMetrics | None = None,
         clock: Callable[[], float] = time.time,
         view_problem: Callable[[], str | None] | None = None,
+        pods: PodLister | None = None,
     ) -> None:
         self.source = source
+        self.pods = pods
         self._view_problem = view_problem
         self.metadata = metadata or MetadataCache()
         self.resolver = resolver
@@ -189,6 +207,8 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
                     "in the trigger metadata"
                 )
             selector = self._selector(key, await self.resolver.selector(key.namespace, key.name))
+        if self.pods is not None:
+            await self.pods.refresh(namespace, str(selector))
         return Query("workload", namespace, selector)
 
     def evaluate(
@@ -212,16 +232,39 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         if query.scope == "pool" and not selection.series:
             raise EmptyPool(query.node_selector, self.source.node_count())
         where = f"ScaledObject {key.namespace}/{key.name}" if key is not None else "the workload"
+        gpu_pods = selection.gpu_pods
+        if query.scope == "workload" and self.pods is not None:
+            gpu_pods = self._with_api_pods(query, gpu_pods)
         try:
-            result = answer(
-                md, selection.series, now=self._clock(), gpu_pods=selection.gpu_pods, workload=where
-            )
+            result = answer(md, selection.series, now=self._clock(), gpu_pods=gpu_pods, workload=where)
         except MissingPods as e:
             self._note_missing(key, e.missing, str(e))
             raise
         if query.scope == "workload":
             self._note_missing(key, result.missing, ", ".join(result.missing_where))
         return result
+
+    def _with_api_pods(self, query: Query, known: tuple[GpuPod, ...]) -> tuple[GpuPod, ...]:
+        """The workload's GPU pods: those the Kubernetes API lists Running (the agents' word where they
+        reported them; not reported: missing), and those the agents report that the last list predates.
+        Without a list (none yet, or the API failing): the agents' view alone."""
+        assert self.pods is not None
+        listed = self.pods.cached(query.namespace or "", str(query.pod_selector or ""))
+        if listed is None:
+            return known
+        by_name = {p.name: p for p in known}
+        names = {p.name for p in listed}
+        out: list[GpuPod] = []
+        for p in listed:
+            if p.name in by_name:
+                out.append(by_name[p.name])
+            elif not self.source.follows(p.node):  # its node's agent cannot say: missing
+                out.append(GpuPod(p.name, p.node, connected=False, reported=False))
+            # else: a connected agent's live pod watch no longer has it (deleted since the list)
+        # a pod a connected agent reports that the list does not have is newer than the list; one only a
+        # stale or forgotten node's agent last reported, which the API no longer lists Running, is gone
+        out.extend(p for p in known if p.name not in names and p.connected)
+        return tuple(out)
 
     def _note_missing(self, key: ScaledObjectKey | None, missing: int, why: str) -> None:
         """The missing-pods gauge, and a warning naming where and why, at most once a minute per object."""

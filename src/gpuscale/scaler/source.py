@@ -63,4 +63,8 @@ class GpuSource(Protocol):
     def node_count(self) -> int:
         """How many nodes this source follows."""
 
+    def follows(self, node: str) -> bool:
+        """Whether the agent of ``node`` is streaming its complete view (its word on the node's pods is
+        live)."""
+
     def feed(self, query: Query) -> ChangeFeed: ...

@@ -233,6 +233,10 @@ class ClusterState:
     def node_count(self) -> int:
         return len(self._nodes)
 
+    def follows(self, node: str) -> bool:
+        n = self._nodes.get(node)
+        return n is not None and n.connected and not n.incomplete
+
     def nodes(self) -> list[NodeStatus]:
         now = self._monotonic()
         return [

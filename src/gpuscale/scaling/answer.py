@@ -51,6 +51,7 @@ class GpuPod:
     node: str
     connected: bool = True
     forgotten: bool = False
+    reported: bool = True  # False: the Kubernetes API lists it Running, no agent has reported it
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +82,9 @@ def missing_pods(
     for p in gpu_pods:
         if p.name in fresh:
             continue
-        if p.forgotten:
+        if not p.reported:
+            reason = "not reported by its node's agent"
+        elif p.forgotten:
             reason = "node forgotten"
         elif not p.connected:
             reason = "agent gone"
