@@ -45,7 +45,8 @@ def test_cli_writes_the_three_outputs(name: str, tmp_path: Path, capsys: pytest.
     lines = (out / "timeline.csv").read_text().splitlines()
     assert (
         lines[0]
-        == "t,policy,demand,capacity,replicas_desired,replicas_ready,pods,metric_value,utilization_pct"
+        == "t,policy,demand,capacity,replicas_desired,replicas_ready,pods,metric_value,utilization_pct,"
+        "served,unserved,waiting,kv_cache_pct,ttft_seconds"
     )
     summary = json.loads((out / "summary.json").read_text())
     scenario = parse_scenario((SCENARIOS / name).read_text())

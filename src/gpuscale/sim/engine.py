@@ -1,10 +1,12 @@
 """The discrete-time loop: one-second steps of workload, metric pipeline, KEDA operator and HPA.
 
 Pure and deterministic: ``simulate(policy, workload, demand, config, duration)`` returns a ``Timeline``.
-Each second ``t``: pods advance (Pending -> Running -> Ready), the true state is recorded, the agents sample
-the Running pods' GPUs, then KEDA polls (every ``pollingInterval``, plus every sample for ``external-push``
+Each second ``t``: pods advance (Pending -> Running -> Ready), the Ready pods serve the second's demand
+through the engines' queue (``workload.EngineQueue``), the true state is recorded, the agents sample the
+Running pods' GPUs, then KEDA polls (every ``pollingInterval``, plus every sample for ``external-push``
 triggers), then the HPA syncs (every sync period), each reading the metric through its pipeline; replica
-changes create or delete pods at once (a deleted pod holds its GPU ``terminationSeconds`` longer).
+changes create or delete pods at once (a deleted pod holds its GPU ``terminationSeconds`` longer). The
+capacity and Ready pods recorded for ``t`` are those that served it, before that second's decisions.
 
 A gpuscale trigger is answered by the scaler's own code (``gpuscale.scaling.answer``) over the samples the
 scaler would hold: one GPU per Running pod, sampled every ``samplingIntervalSeconds``, visible
@@ -16,8 +18,9 @@ scaler.
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, overload
 
 from ..model import GpuSample
@@ -45,7 +48,7 @@ from .pipeline import (
     per_pod_values,
 )
 from .quantity import keda_milli
-from .workload import Observation, Pod, Workload, observe, scale_pods
+from .workload import EngineQueue, Observation, Pod, Workload, observe, scale_pods
 
 __all__ = ["MetricSource", "Policy", "Timeline", "simulate"]
 
@@ -78,7 +81,12 @@ class Policy:
 
 @dataclass(frozen=True)
 class Timeline:
-    """One entry per simulated second. ``metric`` is the first metric's value as last fetched (NaN before)."""
+    """One entry per simulated second. ``metric`` is the first metric's value as last fetched (NaN before).
+
+    ``capacity`` and ``ready`` are what served the second; ``served`` and ``unserved`` the requests started
+    and abandoned in it, ``waiting`` those still queued at its end; ``kv_cache`` and ``ttft`` each Ready
+    pod's (NaN with none). ``delays``: (seconds waited, requests) over the run, an abandoned request counted
+    at ``max_queue_seconds``; ``waiting_at_end``: requests still queued when the run ends (unserved)."""
 
     policy: str
     demand: tuple[float, ...]
@@ -88,6 +96,13 @@ class Timeline:
     pods: tuple[int, ...]
     metric: tuple[float, ...]
     utilization: tuple[float, ...]
+    served: tuple[float, ...]
+    unserved: tuple[float, ...]
+    waiting: tuple[float, ...]
+    kv_cache: tuple[float, ...]
+    ttft: tuple[float, ...]
+    delays: tuple[tuple[int, float], ...]
+    waiting_at_end: float
 
 
 @dataclass
@@ -106,6 +121,7 @@ class _Run:
     samples: dict[str, list[GpuSample]] = field(default_factory=dict)
     # pods deleted and still holding their GPUs: (pod, the second it is gone)
     terminating: tuple[tuple[Pod, int], ...] = ()
+    queue: EngineQueue = field(default_factory=lambda: EngineQueue(0))
 
 
 def _sampled(run: _Run, times: tuple[int, ...]) -> list[Observation]:
@@ -183,9 +199,10 @@ def _trigger_value(policy: Policy, src: MetricSource, run: _Run, t: int) -> tupl
     return gpuscale_reading(trig, series, t + _READ_OFFSET)
 
 
-def _sample_gpus(policy: Policy, run: _Run, obs: Observation, t: int) -> None:
-    """The agents' sampling round at ``t``: a sample of each Running pod's GPU (Ready: ``util``, loading:
-    0), except the pods a ``samples-missing`` fault darkens; deleted pods are forgotten."""
+def _sample_gpus(policy: Policy, run: _Run, obs: Observation, t: int, memory_total: int) -> None:
+    """The agents' sampling round at ``t``: a sample of each Running pod's GPU (utilization: Ready ``util``,
+    loading 0; memory used: filling while loading, the engine's once Ready; of ``memory_total`` bytes),
+    except the pods a ``samples-missing`` fault darkens; deleted pods are forgotten."""
     names = {p.name for p in run.pods}
     for name in [n for n in run.samples if n not in names]:
         del run.samples[name]
@@ -198,11 +215,21 @@ def _sample_gpus(policy: Policy, run: _Run, obs: Observation, t: int) -> None:
         running = sorted((p for p in run.pods if p.name in values), key=lambda p: p.id)
         dark = {p.name for p in running[: fault.pods]}
     keep = _horizon(policy)
+    memory = obs.memory()
     for name, util in values.items():
         if name in dark:
             continue
         history = run.samples.setdefault(name, [])
-        history.append(GpuSample(_UUID_PREFIX + name, float(t), gpu_utilization=util))
+        used = int(memory_total * memory[name] / 100)
+        history.append(
+            GpuSample(
+                _UUID_PREFIX + name,
+                float(t),
+                gpu_utilization=util,
+                memory_used_bytes=used,
+                memory_total_bytes=memory_total,
+            )
+        )
         if len(history) > 2 * keep and history[0].timestamp < t - keep:
             del history[: len(history) - keep]
 
@@ -312,17 +339,22 @@ def simulate(
         (None,) * n,
         [],
     )
+    run.queue = EngineQueue(workload.max_queue_seconds)
+    memory_total = int(workload.gpu_memory_gib * 2**30)
     has_push = so is not None and any(s.trigger is not None and s.trigger.push for s in policy.sources)
     has_gpuscale = any(s.via == "gpuscale" for s in policy.sources)
-    cols: tuple[list[float], ...] = ([], [], [], [], [], [], [])
+    cols: tuple[list[float], ...] = tuple([] for _ in range(12))
     sync = config.sync_period_seconds
     for t, d in enumerate(demand):
-        obs = observe(run.pods, d, workload, t)
+        ready = sum(1 for p in run.pods if t >= p.ready_at)
+        capacity = ready * workload.capacity_per_replica
+        step = run.queue.step(t, d, capacity)
+        obs = observe(run.pods, d, workload, t, step)
         if run.history and _same(run.history[-1], obs):
-            obs = Observation(d, obs.util, run.history[-1].ready, run.history[-1].loading)
+            obs = replace(obs, ready=run.history[-1].ready, loading=run.history[-1].loading)
         run.history.append(obs)
         if has_gpuscale:
-            _sample_gpus(policy, run, obs, t)
+            _sample_gpus(policy, run, obs, t, memory_total)
         if so is not None:
             if (
                 t >= policy.keda_offset_seconds
@@ -349,8 +381,6 @@ def simulate(
                 run.terminating += gone
         if run.terminating:
             run.terminating = tuple((p, end) for p, end in run.terminating if end > t)
-        ready = sum(1 for p in run.pods if t >= p.ready_at)
-        capacity = ready * workload.capacity_per_replica
         for col, value in zip(
             cols,
             (
@@ -360,7 +390,12 @@ def simulate(
                 ready,
                 len(run.pods) + len(run.terminating),
                 run.metric,
-                min(100.0, 100.0 * d / capacity) if capacity > 0 else float("nan"),
+                obs.util if capacity > 0 else math.nan,
+                step.served,
+                step.abandoned,
+                step.waiting,
+                obs.kv_cache,
+                obs.ttft,
             ),
             strict=True,
         ):
@@ -374,6 +409,13 @@ def simulate(
         pods=tuple(int(v) for v in cols[4]),
         metric=tuple(cols[5]),
         utilization=tuple(cols[6]),
+        served=tuple(cols[7]),
+        unserved=tuple(cols[8]),
+        waiting=tuple(cols[9]),
+        kv_cache=tuple(cols[10]),
+        ttft=tuple(cols[11]),
+        delays=tuple(sorted(run.queue.delays.items())),
+        waiting_at_end=run.queue.waiting,
     )
 
 

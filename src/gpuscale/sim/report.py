@@ -29,6 +29,11 @@ TIMELINE_COLUMNS = (
     "pods",
     "metric_value",
     "utilization_pct",
+    "served",
+    "unserved",
+    "waiting",
+    "kv_cache_pct",
+    "ttft_seconds",
 )
 
 
@@ -80,6 +85,11 @@ def write_outputs(result: Result, out_dir: Path) -> Outputs:
                         tl.pods[t],
                         _fmt(tl.metric[t]),
                         _fmt(tl.utilization[t]),
+                        _fmt(tl.served[t]),
+                        _fmt(tl.unserved[t]),
+                        _fmt(tl.waiting[t]),
+                        _fmt(tl.kv_cache[t]),
+                        _fmt(tl.ttft[t]),
                     )
                 )
     summary_path = out_dir / "summary.json"

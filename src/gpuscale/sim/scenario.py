@@ -82,11 +82,23 @@ def _workload(c: Checker, doc: dict[str, object]) -> Workload:
             "loadSeconds",
             "initialReplicas",
             "terminationSeconds",
+            "maxQueueSeconds",
+            "requestSeconds",
+            "baseTtftSeconds",
+            "gpuMemoryGiB",
+            "modelMemoryGiB",
         ),
     )
     unit = c.string(raw, "demandUnit", p, default="requests/s", choices=("requests/s", "gpu-seconds/s"))
     gpus = c.integer(raw, "gpusPerReplica", p, default=1, minimum=1)
     default_capacity = float(gpus) if unit == "gpu-seconds/s" else None
+    memory = c.number(raw, "gpuMemoryGiB", p, default=80.0, minimum=0, exclusive=True)
+    model: float | None = None
+    if raw.get("modelMemoryGiB") is not None:
+        model = c.number(raw, "modelMemoryGiB", p, default=0.9 * memory, minimum=0)
+        if model > memory:
+            c.bad(f"{p}.modelMemoryGiB", raw["modelMemoryGiB"], f"a number <= gpuMemoryGiB ({memory:g})")
+            model = None
     return Workload(
         name=c.string(raw, "name", p, default="workload"),
         demand_unit=cast(Literal["requests/s", "gpu-seconds/s"], unit),
@@ -98,6 +110,11 @@ def _workload(c: Checker, doc: dict[str, object]) -> Workload:
         load_seconds=c.integer(raw, "loadSeconds", p, default=60, minimum=0),
         initial_replicas=c.integer(raw, "initialReplicas", p, default=1, minimum=0),
         termination_seconds=c.integer(raw, "terminationSeconds", p, default=0, minimum=0, maximum=86400),
+        max_queue_seconds=c.integer(raw, "maxQueueSeconds", p, default=0, minimum=0, maximum=86400),
+        request_seconds=c.number(raw, "requestSeconds", p, default=4.0, minimum=0, exclusive=True),
+        base_ttft_seconds=c.number(raw, "baseTtftSeconds", p, default=0.1, minimum=0),
+        gpu_memory_gib=memory,
+        model_memory_gib=model,
     )
 
 
