@@ -60,7 +60,8 @@ def test_a_good_file_parses() -> None:
         (
             ("avg(gpu_utilization)", "mean(gpu_utilization)"),
             'policies[1].pipeline.prometheus.signal: value "mean(gpu_utilization)" must be for metric "triggers[0]" '
-            "demand or AGG(gpu_utilization)",
+            "demand or AGG(FIELD), FIELD in gpu_utilization, gpu_memory, queue, running, in_flight, kv_cache, ttft "
+            "and AGG in avg, count, max, min, p50, p90, p95, p99, sum",
         ),
         (
             ("        triggers:", "        idleReplicaCount: 1\n        triggers:"),

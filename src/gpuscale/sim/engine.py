@@ -251,7 +251,8 @@ def _readings(policy: Policy, run: _Run, t: int, pods: tuple[PodInfo, ...]) -> t
         if metric.source == "Pods":
             obs = _sampled(run, policy.prometheus.sample_times(t))
             names = {p.name for p in pods}
-            values = {k: keda_milli(v) for k, v in per_pod_values(obs).items() if k in names}
+            per_pod = per_pod_values(obs, src.signal.field)
+            values = {k: keda_milli(v) for k, v in per_pod.items() if k in names}
             out.append(PodsReading(values) if values else None)
             if i == 0:
                 run.metric = sum(values.values()) / len(values) / 1000 if values else float("nan")

@@ -26,7 +26,14 @@ from .hpa import (
     default_behavior_rules,
 )
 from .keda import Fallback, FallbackBehavior, ScaledObjectSpec, TriggerSpec, hpa_for
-from .pipeline import SIGNAL_SYNTAX, GpuscalePipeline, PrometheusPipeline, parse_signal
+from .pipeline import (
+    PER_POD_SYNTAX,
+    SCALAR_SYNTAX,
+    SIGNAL_SYNTAX,
+    GpuscalePipeline,
+    PrometheusPipeline,
+    parse_signal,
+)
 from .quantity import parse_quantity_milli
 
 __all__ = ["parse_behavior", "parse_policy"]
@@ -120,7 +127,7 @@ def _prom_signal(
         return None
     signal = parse_signal(text) if isinstance(text, str) else None
     if signal is None or (signal.kind == "per_pod") != per_pod:
-        need = "gpu_utilization (one value per pod)" if per_pod else "demand or AGG(gpu_utilization)"
+        need = PER_POD_SYNTAX if per_pod else SCALAR_SYNTAX
         c.bad(here, text, f'for metric "{name}" {need}')
         return None
     return MetricSource(signal, "prometheus")

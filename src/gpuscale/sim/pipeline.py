@@ -10,8 +10,16 @@ Pure. A pipeline maps a query time to the *sample instants* behind the answer:
   query sees the last scrape ``delay_seconds`` late (rule evaluation, network), or with ``range_seconds``
   the ``avg_over_time`` of the scrapes in that range.
 
-A *signal* is what the query or the scaler computes: ``demand``, the per-pod ``gpu_utilization`` (for an
-HPA ``Pods`` metric), or ``AGG(gpu_utilization)`` with AGG one of ``SIGNAL_AGGREGATIONS``.
+A *signal* is what the query or the scaler computes: ``demand`` (a request rate counted in front of the
+engines, so it exists at zero replicas), one value per pod of a *field* (``FIELD``, for an HPA ``Pods``
+metric), or ``AGG(FIELD)`` with AGG one of ``SIGNAL_AGGREGATIONS``. The fields (``SIGNAL_FIELDS``):
+
+- ``gpu_utilization``, ``gpu_memory`` (percent of the GPU's memory in use): dcgm-exporter's, from every
+  Running pod (a loading pod reports 0 % utilization and its memory filling);
+- ``queue`` (``vllm:num_requests_waiting``), ``running`` (``vllm:num_requests_running``), ``in_flight``
+  (waiting + running), ``kv_cache`` (``vllm:kv_cache_usage_perc`` x 100), ``ttft`` (seconds): the engine's,
+  from Ready pods only (a loading engine serves no metrics). ``sum(queue)`` is the query
+  ``sum(vllm:num_requests_waiting)``: empty, so 0 under ``ignoreNullValues``, with no Ready pod.
 """
 
 from __future__ import annotations
@@ -26,8 +34,12 @@ from ..scaling.profiles import Aggregation
 from .workload import Observation
 
 __all__ = [
+    "PER_POD_SYNTAX",
+    "SCALAR_SYNTAX",
     "SIGNAL_AGGREGATIONS",
+    "SIGNAL_FIELDS",
     "SIGNAL_SYNTAX",
+    "Field",
     "GpuscalePipeline",
     "PrometheusPipeline",
     "Signal",
@@ -38,33 +50,42 @@ __all__ = [
 ]
 
 SIGNAL_AGGREGATIONS = ("avg", "count", "max", "min", "p50", "p90", "p95", "p99", "sum")
-SIGNAL_SYNTAX = "demand, gpu_utilization, or AGG(gpu_utilization) with AGG in " + ", ".join(
-    SIGNAL_AGGREGATIONS
+SIGNAL_FIELDS = ("gpu_utilization", "gpu_memory", "queue", "running", "in_flight", "kv_cache", "ttft")
+Field = Literal["gpu_utilization", "gpu_memory", "queue", "running", "in_flight", "kv_cache", "ttft"]
+_FIELDS_TEXT = f"FIELD in {', '.join(SIGNAL_FIELDS)}"
+SIGNAL_SYNTAX = (
+    f"demand, FIELD or AGG(FIELD), with {_FIELDS_TEXT} and AGG in {', '.join(SIGNAL_AGGREGATIONS)}"
 )
-_AGG = re.compile(r"^\s*(" + "|".join(SIGNAL_AGGREGATIONS) + r")\s*\(\s*gpu_utilization\s*\)\s*$")
+PER_POD_SYNTAX = f"FIELD (one value per pod), {_FIELDS_TEXT}"
+SCALAR_SYNTAX = f"demand or AGG(FIELD), {_FIELDS_TEXT} and AGG in {', '.join(SIGNAL_AGGREGATIONS)}"
+_AGG = re.compile(
+    r"^\s*(" + "|".join(SIGNAL_AGGREGATIONS) + r")\s*\(\s*(" + "|".join(SIGNAL_FIELDS) + r")\s*\)\s*$"
+)
+_ENGINE_FIELDS = frozenset(("queue", "running", "in_flight", "kv_cache", "ttft"))
 
 
 @dataclass(frozen=True)
 class Signal:
     kind: Literal["demand", "per_pod", "aggregate"]
     aggregation: str = ""
+    field: Field = "gpu_utilization"
 
     def __str__(self) -> str:
         if self.kind == "demand":
             return "demand"
         if self.kind == "per_pod":
-            return "gpu_utilization"
-        return f"{self.aggregation}(gpu_utilization)"
+            return self.field
+        return f"{self.aggregation}({self.field})"
 
 
 def parse_signal(text: str) -> Signal | None:
     stripped = text.strip()
     if stripped == "demand":
         return Signal("demand")
-    if stripped == "gpu_utilization":
-        return Signal("per_pod")
+    if stripped in SIGNAL_FIELDS:
+        return Signal("per_pod", field=cast(Field, stripped))
     match = _AGG.match(stripped)
-    return Signal("aggregate", match.group(1)) if match else None
+    return Signal("aggregate", match.group(1), cast(Field, match.group(2))) if match else None
 
 
 @dataclass(frozen=True)
@@ -100,8 +121,41 @@ class PrometheusPipeline:
         return tuple(c for c in (self._collected(s) for s in reversed(scrapes)) if c >= 0)
 
 
-def per_pod_values(observations: Sequence[Observation]) -> dict[str, float]:
-    """Each pod's mean over the observations in which it reported a sample (Ready: ``util``, loading: 0)."""
+def per_pod_values(observations: Sequence[Observation], field: Field = "gpu_utilization") -> dict[str, float]:
+    """Each pod's mean of ``field`` over the observations in which it reported it: GPU fields from every
+    Running pod (loading: 0 % utilization, its memory filling), engine fields from Ready pods only."""
+    if field == "gpu_utilization":
+        return _utilization_per_pod(observations)
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for o in observations:
+        if field == "gpu_memory":
+            values = o.memory()
+        elif field in _ENGINE_FIELDS:
+            values = dict.fromkeys(o.ready, _engine_value(o, field)) if o.ready else {}
+        else:
+            raise ValueError(field)
+        for name, v in values.items():
+            sums[name] = sums.get(name, 0.0) + v
+            counts[name] = counts.get(name, 0) + 1
+    return {name: sums[name] / counts[name] for name in sums}
+
+
+def _engine_value(o: Observation, field: Field) -> float:
+    """One Ready pod's engine metric (each holds an equal share of the workload's requests)."""
+    n = len(o.ready)
+    if field == "queue":
+        return o.waiting / n
+    if field == "running":
+        return o.running / n
+    if field == "in_flight":
+        return (o.waiting + o.running) / n
+    if field == "kv_cache":
+        return o.kv_cache
+    return o.ttft
+
+
+def _utilization_per_pod(observations: Sequence[Observation]) -> dict[str, float]:
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
     i, n = 0, len(observations)
@@ -137,4 +191,5 @@ def evaluate_scalar(signal: Signal, observations: Sequence[Observation]) -> floa
         return None
     if signal.kind == "demand":
         return sum(o.demand for o in observations) / len(observations)
-    return query_aggregate(list(per_pod_values(observations).values()), signal.aggregation or "avg")
+    values = per_pod_values(observations, signal.field)
+    return query_aggregate(list(values.values()), signal.aggregation or "avg")
