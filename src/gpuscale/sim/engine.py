@@ -50,7 +50,7 @@ from .pipeline import (
 from .quantity import keda_milli
 from .workload import EngineQueue, Observation, Pod, Workload, observe, scale_pods
 
-__all__ = ["MetricSource", "Policy", "Timeline", "simulate"]
+__all__ = ["MetricSource", "Oracle", "Policy", "Timeline", "oracle_replicas", "simulate"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,30 @@ class MetricSource:
     signal: Signal
     via: Literal["gpuscale", "prometheus"]
     trigger: TriggerSpec | None = None
+
+
+@dataclass(frozen=True)
+class Oracle:
+    """The ``oracle`` policy: it knows the demand (and the queue) at every instant and writes ``/scale``
+    directly, every second, with ``oracle_replicas``: no metric, no pipeline, no KEDA, no HPA (so no sync
+    period, tolerance, stabilization window or rate limit). Only its bounds and the pods' start phases stand
+    between demand and capacity. ``drain_queue``: also ask for the capacity that starts the waiting requests
+    before they time out."""
+
+    min_replicas: int = 1
+    max_replicas: int = 100
+    drain_queue: bool = True
+
+
+def oracle_replicas(oracle: Oracle, demand: float, waiting: float, workload: Workload) -> int:
+    """``ceil((demand + waiting / maxQueueSeconds) / capacityPerReplica)`` within the oracle's bounds: the
+    replicas the present demand needs, plus (``drain_queue``, with a queue) those that start the requests
+    waiting now within ``maxQueueSeconds``. Without them a queue at exactly the demand's capacity never
+    drains: every request would wait as long as the backlog is."""
+    if oracle.drain_queue and workload.max_queue_seconds > 0:
+        demand += waiting / workload.max_queue_seconds
+    need = math.ceil(demand / workload.capacity_per_replica - 1e-9) if demand > 0 else 0
+    return max(oracle.min_replicas, min(oracle.max_replicas, need))
 
 
 @dataclass(frozen=True)
@@ -77,6 +101,7 @@ class Policy:
     # after initialCooldownPeriod); by default it has run before and counts as active at t=0.
     new_scaled_object: bool = False
     faults: tuple[Fault, ...] = ()
+    oracle: Oracle | None = None  # set: the oracle policy (``hpa`` carries its bounds, no metric)
 
 
 @dataclass(frozen=True)
@@ -356,7 +381,10 @@ def simulate(
         run.history.append(obs)
         if has_gpuscale:
             _sample_gpus(policy, run, obs, t, memory_total)
-        if so is not None:
+        if policy.oracle is not None:
+            run.replicas = oracle_replicas(policy.oracle, d, step.waiting, workload)
+            run.metric = d / workload.capacity_per_replica
+        elif so is not None:
             if (
                 t >= policy.keda_offset_seconds
                 and (t - policy.keda_offset_seconds) % so.polling_interval == 0
@@ -364,7 +392,11 @@ def simulate(
                 _keda_poll(policy, so, run, t, push_only=False)
             elif has_push and t % policy.gpuscale.sampling_interval == 0:
                 _keda_poll(policy, so, run, t, push_only=True)
-        if t >= policy.hpa_offset_seconds and (t - policy.hpa_offset_seconds) % sync == 0:
+        if (
+            policy.oracle is None
+            and t >= policy.hpa_offset_seconds
+            and (t - policy.hpa_offset_seconds) % sync == 0
+        ):
             infos = _pod_infos(run.pods, t)
             target = ScaleTarget(run.replicas, len(run.pods), infos)
             disabled = run.replicas == 0 and policy.hpa.min_replicas != 0  # no metrics are read

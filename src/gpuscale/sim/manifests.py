@@ -14,7 +14,7 @@ from ..scaling.errors import MetadataError
 from ..scaling.metadata import TriggerMetadata, parse_metadata
 from ..scaling.profiles import ProfileSet, exact
 from ._check import Checker
-from .engine import MetricSource, Policy
+from .engine import MetricSource, Oracle, Policy
 from .faults import FAULT_TYPES, Fault
 from .hpa import (
     Behavior,
@@ -415,11 +415,41 @@ def _faults(c: Checker, raw: dict[str, object], path: str, has_gpuscale: bool) -
     return tuple(out)
 
 
+# what only a policy that reads metrics has: an oracle reads none
+_METRIC_KEYS = ("pipeline", "hpaSyncOffsetSeconds", "kedaPollOffsetSeconds", "newScaledObject", "faults")
+
+
+def _oracle(c: Checker, raw: dict[str, object], path: str, name: str) -> Policy | None:
+    """An ``oracle`` policy: ``{minReplicas (1), maxReplicas (100), drainQueue (true)}``; it writes the
+    replicas the present demand (and queue) needs, every second (``engine.Oracle``)."""
+    spec = c.mapping(raw, "oracle", path, required=True)
+    if spec is None:
+        return None
+    here = f"{path}.oracle"
+    c.known(spec, here, ("minReplicas", "maxReplicas", "drainQueue"))
+    minimum = c.integer(spec, "minReplicas", here, default=1, minimum=0)
+    maximum = c.integer(spec, "maxReplicas", here, default=100, minimum=1)
+    if maximum < minimum:
+        c.bad(f"{here}.maxReplicas", maximum, f"an integer >= minReplicas ({minimum})")
+        maximum = max(1, minimum)
+    for key in _METRIC_KEYS:
+        if key in raw:
+            c.fail(f"{path}.{key}", "does not apply to an oracle policy, which reads no metric")
+    initial = c.integer(raw, "initialReplicas", path, default=-1, minimum=0)
+    return Policy(
+        name=name,
+        hpa=HpaSpec(minimum, maximum, (), None),
+        sources=(),
+        initial_replicas=None if initial < 0 else initial,
+        oracle=Oracle(minimum, maximum, c.boolean(spec, "drainQueue", here, default=True)),
+    )
+
+
 def parse_policy(c: Checker, raw: object, path: str, profiles: ProfileSet | None = None) -> Policy | None:
     """One entry of a scenario's ``policies``. ``profiles``: the profiles a gpuscale trigger may name (the
     built-in ones by default; the CLI adds a ``--profiles`` file's)."""
     if not isinstance(raw, dict):
-        c.bad(path, raw, "a mapping with name and scaledObject or hpa")
+        c.bad(path, raw, "a mapping with name and scaledObject, hpa or oracle")
         return None
     c.known(
         raw,
@@ -430,6 +460,7 @@ def parse_policy(c: Checker, raw: object, path: str, profiles: ProfileSet | None
             "pipeline",
             "scaledObject",
             "hpa",
+            "oracle",
             "hpaSyncOffsetSeconds",
             "kedaPollOffsetSeconds",
             "initialReplicas",
@@ -438,11 +469,14 @@ def parse_policy(c: Checker, raw: object, path: str, profiles: ProfileSet | None
         ),
     )
     name = c.string(raw, "name", path, default=None)
-    gpuscale, prometheus, prom_raw = _pipelines(c, raw, path)
-    has_so, has_hpa = raw.get("scaledObject") is not None, raw.get("hpa") is not None
-    if has_so == has_hpa:
-        c.fail(path, "needs exactly one of scaledObject, hpa")
+    kinds = [k for k in ("scaledObject", "hpa", "oracle") if raw.get(k) is not None]
+    if len(kinds) != 1:
+        c.fail(path, "needs exactly one of scaledObject, hpa, oracle")
         return None
+    if kinds == ["oracle"]:
+        return _oracle(c, raw, path, name)
+    gpuscale, prometheus, prom_raw = _pipelines(c, raw, path)
+    has_so = kinds == ["scaledObject"]
     if has_so:
         doc = c.mapping(raw, "scaledObject", path, required=True)
         here = f"{path}.scaledObject"
