@@ -107,11 +107,15 @@ def test_llm_step_burst_with_4_of_10_pods_dark_keeps_its_replicas() -> None:
     doc = yaml.safe_load((SCENARIOS / "llm-step-burst.yaml").read_text())
     plain = run_scenario(parse_scenario(yaml.safe_dump(doc)))
     start = 1500  # well after the burst has been served
-    for policy in doc["policies"]:
-        policy["faults"] = [{"type": "samples-missing", "pods": 4, "fromSeconds": start}]
-    gpuscale = [p["name"] for p in doc["policies"] if "prometheus" not in str(p["scaledObject"]["spec"]["triggers"])]
+    gpuscale = [
+        p["name"]
+        for p in doc["policies"]
+        if "scaledObject" in p and "prometheus" not in str(p["scaledObject"]["spec"]["triggers"])
+    ]
     assert gpuscale, "llm-step-burst has a gpuscale policy"
     doc["policies"] = [p for p in doc["policies"] if p["name"] in gpuscale]
+    for policy in doc["policies"]:
+        policy["faults"] = [{"type": "samples-missing", "pods": 4, "fromSeconds": start}]
     dark = run_scenario(parse_scenario(yaml.safe_dump(doc)))
     for before, after in zip((t for t in plain.timelines if t.policy in gpuscale), dark.timelines, strict=True):
         at_start = before.desired[start]
