@@ -84,7 +84,9 @@ def test_oracle_replicas(oracle: Oracle, demand: float, waiting: float, replicas
         ),
         (
             "  - name: o\n    oracle: {maxReplica: 3}\n",
-            ("policies[0].oracle.maxReplica: unknown field; allowed: [drainQueue, maxReplicas, minReplicas]",),
+            (
+                "policies[0].oracle.maxReplica: unknown field; allowed: [drainQueue, maxReplicas, minReplicas]",
+            ),
         ),
         (
             "  - name: o\n    oracle: {}\n    pipeline: {prometheus: {signal: demand}}\n",
