@@ -216,3 +216,7 @@ class PodInfo:
     labels: Mapping[str, str] = field(default_factory=dict, hash=False)
     # asks for a GPU (a container's limit of a GPU resource, or a ResourceClaim); None: not known
     wants_gpu: bool | None = None
+    # only the annotations under gpuscale.io/ and prometheus.io/ (where its engine serves metrics): a pod's
+    # other annotations can be large (kubectl's last-applied-configuration) and the agent has no use for them
+    annotations: Mapping[str, str] = field(default_factory=dict, hash=False)
+    ip: str = ""  # status.podIP; "" until the pod has one
