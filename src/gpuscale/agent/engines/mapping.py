@@ -221,7 +221,10 @@ class _Mapper:
         return labels.get(label, "") if label is not None else ""
 
     def _group(self, labels: Labels, skip: set[str]) -> tuple[tuple[str, str], ...]:
-        return tuple(sorted((k, v) for k, v in labels.items() if k not in skip))
+        rest = [(k, v) for k, v in labels.items() if k not in skip]
+        if len(rest) > 1:
+            rest.sort()
+        return tuple(rest)
 
     def _gauge_groups(
         self, g: Gauge, kind: str
@@ -286,19 +289,23 @@ class _Mapper:
         name = h.family + "_bucket"
         per: dict[str, dict[tuple[tuple[str, str], ...], dict[float, float]]] = {}
         broken: set[str] = set()
+        model_label, skip, scale = self.spec.model_label, self.skip, h.scale
         for labels, value in self.expo.get(name, ()):
-            model = self._model(labels)
-            le = labels.get("le")
-            try:
-                bound = float(le) if le is not None else math.nan
-            except ValueError:
-                bound = math.nan
-            if math.isnan(bound) or _bad_value(value, "counter"):
+            model = labels.get(model_label, "") if model_label is not None else ""
+            bound = _bound(labels.get("le"))
+            if bound != bound or value != value or value < 0 or value == math.inf:  # NaN, or cannot be right
                 if model not in broken:
                     self.notes.append(f"{_series(name, labels)} cannot be right (le or count)")
                 broken.add(model)
                 continue
-            per.setdefault(model, {}).setdefault(self._group(labels, self.skip), {})[bound * h.scale] = value
+            groups = per.get(model)
+            if groups is None:
+                groups = per[model] = {}
+            key = self._group(labels, skip)
+            buckets = groups.get(key)
+            if buckets is None:
+                buckets = groups[key] = {}
+            buckets[bound * scale] = value
         out: dict[str, BucketCounts | None] = {}
         for model, groups in per.items():
             out[model] = None if model in broken else self._combine(h.family, model, list(groups.values()))
@@ -314,7 +321,10 @@ class _Mapper:
         if any(sorted(g) != bounds for g in groups[1:]):
             self.notes.append(f"{family} of model {model!r}: its series have different buckets")
             return None
-        counts = [math.fsum(g[b] for g in groups) for b in bounds]
+        if len(groups) == 1:
+            counts = [groups[0][b] for b in bounds]
+        else:
+            counts = [math.fsum(g[b] for g in groups) for b in bounds]
         if any(later < earlier for earlier, later in itertools.pairwise(counts)):
             self.notes.append(f"{family} of model {model!r}: cumulative bucket counts fall")
             return None
@@ -335,6 +345,24 @@ class _Mapper:
             for model, value in found.items():
                 out.setdefault(model, value)
         return out
+
+
+_BOUNDS: dict[str, float] = {}  # le text -> bound: the same few dozen strings every scrape
+
+
+def _bound(le: str | None) -> float:
+    """A bucket's ``le`` as a number; NaN when it is not one."""
+    if le is None:
+        return math.nan
+    bound = _BOUNDS.get(le)
+    if bound is None:
+        try:
+            bound = float(le)
+        except ValueError:
+            bound = math.nan
+        if len(_BOUNDS) < 4096:  # bounded: an engine cannot grow it without limit
+            _BOUNDS[le] = bound
+    return bound
 
 
 def _bad_value(value: float, kind: str) -> str:

@@ -53,6 +53,7 @@ _SAMPLE = re.compile(
 )
 _PAIR = re.compile(rf'({_LABEL_NAME})="([^"]*)"')
 _PARSE_ERRORS = (ValueError, IndexError, KeyError, TypeError)
+_BLANKS = (" ", "\t")
 # prometheus_client's OpenMetrics parser is not annotated; its text parser is
 openmetrics_families = cast(Callable[[str], Iterable[Metric]], _openmetrics.text_string_to_metric_families)
 
@@ -62,14 +63,16 @@ class Selection:
     """The families to read, by name (``vllm:num_requests_waiting``, ``vllm:prompt_tokens``)."""
 
     families: frozenset[str]
-    prefixes: tuple[str, ...]
+    families_first: tuple[str, ...]  # the family names, as line prefixes
+    prefixes: tuple[str, ...]  # and the blanks an indented line starts with
     names: frozenset[str]
 
     @classmethod
     def of(cls, families: Iterable[str]) -> Selection:
         fams = frozenset(families)
         names = frozenset(f + s for f in fams for s in SUFFIXES)
-        return cls(fams, tuple(sorted(fams)), names)
+        first = tuple(sorted(fams))
+        return cls(fams, first, (*first, *_BLANKS), names)
 
 
 def _without_exemplar(line: str) -> str:
@@ -101,6 +104,16 @@ def _slow(line: str, number: int, openmetrics: bool) -> list[tuple[str, Labels, 
     return [(s.name, dict(s.labels), float(s.value)) for f in families for s in f.samples]
 
 
+def _number(text: str, line: str) -> int:
+    """The line number of ``line`` in ``text``, its last occurrence (a series given twice is wrong the second
+    time); looked up only when a message is written."""
+    found = 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        if raw == line or raw.strip() == line:
+            found = number
+    return found
+
+
 def parse(text: str, selection: Selection, *, openmetrics: bool = False) -> Exposition:
     """The samples of ``selection``'s families in ``text``. ``ExpositionError`` when a line of them does not
     parse, a series is given twice, or an OpenMetrics body lacks its ``# EOF``."""
@@ -108,35 +121,62 @@ def parse(text: str, selection: Selection, *, openmetrics: bool = False) -> Expo
         raise ExpositionError('an OpenMetrics body must end with "# EOF" (truncated?)')
     prefixes, names = selection.prefixes, selection.names
     out: Exposition = {}
-    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
-    match = _SAMPLE.fullmatch
-    for number, raw in enumerate(text.splitlines(), 1):
-        if raw.startswith(prefixes):
-            line = raw
-        elif raw[:1] in (" ", "\t") and raw.lstrip().startswith(prefixes):
-            line = raw.strip()
-        else:
-            continue
-        m = match(line)
-        if m is not None:
-            name = m.group(1)
-            if name not in names:
+    seen: set[tuple[str, frozenset[tuple[str, str]]]] = set()
+    match, pairs_of = _SAMPLE.fullmatch, _PAIR.findall
+    for line in [raw for raw in text.splitlines() if raw.startswith(prefixes)]:
+        if line[0] in _BLANKS:  # an indented line (rare): read if it is one of ours
+            line = line.strip()
+            if not line.startswith(selection.families_first):
                 continue
-            labels_text = m.group(2)
-            pairs = _PAIR.findall(labels_text) if labels_text else []
+        m = match(line)
+        if m is None:
+            for name, labels, value in _slow(line, _number(text, line), openmetrics):
+                if name in names:
+                    _add(out, seen, name, labels, value, text, line)
+            continue
+        name = m.group(1)
+        if name not in names:
+            continue
+        labels_text = m.group(2)
+        if labels_text:
+            pairs = pairs_of(labels_text)
             labels = dict(pairs)
             if len(labels) != len(pairs):
-                raise ExpositionError(f"line {number}: a label is given twice in {line[:120]!r}")
-            samples = [(name, labels, float(m.group(3)))]
+                raise ExpositionError(f"line {_number(text, line)}: a label is given twice in {line[:120]!r}")
         else:
-            samples = [s for s in _slow(line, number, openmetrics) if s[0] in names]
-        for name, labels, value in samples:
-            key = (name, tuple(sorted(labels.items())))
-            if key in seen:
-                raise ExpositionError(f"line {number}: series {_series(name, labels)} is given twice")
-            seen.add(key)
-            out.setdefault(name, []).append((labels, value))
+            labels = {}
+        key = (name, frozenset(labels.items()))
+        if key in seen:
+            raise ExpositionError(
+                f"line {_number(text, line)}: series {_series(name, labels)} is given twice"
+            )
+        seen.add(key)
+        samples = out.get(name)
+        if samples is None:
+            out[name] = [(labels, float(m.group(3)))]
+        else:
+            samples.append((labels, float(m.group(3))))
     return out
+
+
+def _add(
+    out: Exposition,
+    seen: set[tuple[str, frozenset[tuple[str, str]]]],
+    name: str,
+    labels: Labels,
+    value: float,
+    text: str,
+    line: str,
+) -> None:
+    key = (name, frozenset(labels.items()))
+    if key in seen:
+        raise ExpositionError(f"line {_number(text, line)}: series {_series(name, labels)} is given twice")
+    seen.add(key)
+    samples = out.get(name)
+    if samples is None:
+        out[name] = [(labels, value)]
+    else:
+        samples.append((labels, value))
 
 
 def reference_parse(text: str, selection: Selection, *, openmetrics: bool = False) -> Exposition:
