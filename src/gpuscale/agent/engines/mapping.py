@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from ...model import BucketCounts, EngineSample, ModelSignals
@@ -60,6 +60,7 @@ __all__ = [
     "Hist",
     "Ratio",
     "detect",
+    "engines_in",
     "map_exposition",
 ]
 
@@ -192,9 +193,16 @@ ENGINES: tuple[EngineSpec, ...] = (VLLM, SGLANG, TGI, TRITON)
 _SELECTIONS = {spec.name: Selection.of(spec.families()) for spec in ENGINES}
 
 
+def engines_in(text: str) -> Iterator[EngineSpec]:
+    """The engines whose names appear in ``text``, in ``ENGINES`` order, found lazily: each test scans the
+    whole body when the name is absent (about 30 us for 67 kB), so a caller that stops at the first engine
+    that maps scans for no other."""
+    return (spec for spec in ENGINES if any(m in text for m in spec.markers))
+
+
 def detect(text: str) -> list[EngineSpec]:
-    """The engines whose names appear in ``text``, in ``ENGINES`` order (a substring test: C speed)."""
-    return [spec for spec in ENGINES if any(m in text for m in spec.markers)]
+    """All the engines whose names appear in ``text``, in ``ENGINES`` order."""
+    return list(engines_in(text))
 
 
 def selection(spec: EngineSpec) -> Selection:

@@ -43,7 +43,7 @@ from ... import __version__
 from ...model import EngineMissing, EngineSample
 from .discovery import Endpoint, PodKey
 from .errors import ExpositionError
-from .mapping import detect, map_exposition, selection
+from .mapping import engines_in, map_exposition, selection
 from .parse import parse
 
 __all__ = ["ACCEPT", "RESULTS", "Fetched", "ScrapeSettings", "Scraper", "fetch", "read_body", "sample_of"]
@@ -165,8 +165,9 @@ async def fetch(session: aiohttp.ClientSession, endpoint: Endpoint, settings: Sc
 
 def sample_of(fetched: Fetched, timestamp: float) -> EngineSample:
     """Parse and map a body. ``_Refused`` (``parse_error``, ``no_metrics``) when it gives no sample."""
-    specs = detect(fetched.text)
-    for spec in specs:
+    specs = []
+    for spec in engines_in(fetched.text):
+        specs.append(spec)
         try:
             expo = parse(fetched.text, selection(spec), openmetrics=fetched.openmetrics)
         except ExpositionError as e:
