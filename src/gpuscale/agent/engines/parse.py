@@ -20,8 +20,9 @@ label set) twice; a label given twice in one series; OpenMetrics without its clo
 body).
 
 The result maps each sample name, exactly as written (``vllm:prompt_tokens_total``, ``…_bucket``), to its
-``(labels, value)`` pairs. prometheus_client renames the samples of a counter family written without
-``_total``; this does not (the mapping reads both spellings).
+``(labels, value)`` pairs; the label dicts are shared between scrapes (read them, never change them).
+prometheus_client renames the samples of a counter family written without ``_total``; this does not (the
+mapping reads both spellings).
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ _SAMPLE = re.compile(
 _PAIR = re.compile(rf'({_LABEL_NAME})="([^"]*)"')
 _PARSE_ERRORS = (ValueError, IndexError, KeyError, TypeError)
 _BLANKS = (" ", "\t")
+# label text -> its labels: an engine writes the same few hundred label sets every scrape. Shared between
+# scrapes, so an Exposition's label dicts are read-only; bounded, so no engine can grow it without limit.
+_LABELS_OF: dict[str, tuple[Labels, frozenset[tuple[str, str]]]] = {}
+_LABEL_SETS = 8192
 # prometheus_client's OpenMetrics parser is not annotated; its text parser is
 openmetrics_families = cast(Callable[[str], Iterable[Metric]], _openmetrics.text_string_to_metric_families)
 
@@ -122,7 +127,7 @@ def parse(text: str, selection: Selection, *, openmetrics: bool = False) -> Expo
     prefixes, names = selection.prefixes, selection.names
     out: Exposition = {}
     seen: set[tuple[str, frozenset[tuple[str, str]]]] = set()
-    match, pairs_of = _SAMPLE.fullmatch, _PAIR.findall
+    match, pairs_of, labels_of = _SAMPLE.fullmatch, _PAIR.findall, _LABELS_OF
     for line in [raw for raw in text.splitlines() if raw.startswith(prefixes)]:
         if line[0] in _BLANKS:  # an indented line (rare): read if it is one of ours
             line = line.strip()
@@ -137,15 +142,18 @@ def parse(text: str, selection: Selection, *, openmetrics: bool = False) -> Expo
         name = m.group(1)
         if name not in names:
             continue
-        labels_text = m.group(2)
-        if labels_text:
+        labels_text = m.group(2) or ""
+        known = labels_of.get(labels_text)
+        if known is None:
             pairs = pairs_of(labels_text)
             labels = dict(pairs)
             if len(labels) != len(pairs):
                 raise ExpositionError(f"line {_number(text, line)}: a label is given twice in {line[:120]!r}")
-        else:
-            labels = {}
-        key = (name, frozenset(labels.items()))
+            known = (labels, frozenset(pairs))
+            if len(labels_of) < _LABEL_SETS:
+                labels_of[labels_text] = known
+        labels, label_set = known
+        key = (name, label_set)
         if key in seen:
             raise ExpositionError(
                 f"line {_number(text, line)}: series {_series(name, labels)} is given twice"
