@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .._proto import agent_pb2
-from ..convert import device_from_pb, pod_from_pb, sample_row_from_pb
-from ..model import DeviceInfo, PodInfo
+from ..convert import device_from_pb, engine_reading_from_pb, pod_from_pb, sample_row_from_pb
+from ..model import DeviceInfo, EngineSample, PodInfo
 from ..scaling.aggregate import GpuSeries
 from ..scaling.answer import GpuPod
 from ..scaling.profiles import Scope
@@ -56,6 +56,28 @@ class _Gpu:
         return None if len(self.pods) == 1 else frozenset()
 
 
+class _Engine:
+    """What the scaler holds of one GPU pod's inference engine: recent readings, and the newest failure."""
+
+    __slots__ = ("missing", "node", "readings")
+
+    def __init__(self, node: str, maxlen: int) -> None:
+        self.node = node
+        self.readings: collections.deque[EngineSample] = collections.deque(maxlen=maxlen)
+        self.missing: tuple[str, str, float] | None = None  # (reason, detail, at)
+
+    def take(self, e: agent_pb2.EngineState) -> None:
+        for r in e.readings:
+            self.readings.append(engine_reading_from_pb(r))
+        newest = self.readings[-1].timestamp if self.readings else -1.0
+        if e.missing_reason:
+            self.missing = (e.missing_reason, e.missing_detail, e.missing_at)
+        elif e.readings:
+            self.missing = None
+        if self.missing is not None and self.missing[2] < newest:
+            self.missing = None  # read again since
+
+
 @dataclass(slots=True)
 class _Node:
     name: str
@@ -70,6 +92,8 @@ class _Node:
     carried: bool = False
     # an agent whose view is not complete yet, with no predecessor to carry from: its pods are not known
     incomplete: bool = False
+    engines_supported: bool = False  # an older agent reads no engines
+    engines: dict[PodKey, _Engine] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,6 +363,10 @@ class ClusterState:
             self._index_pod(node.name, info)
         if msg.node_labels:  # none: the agent has not read its Node yet (just started): keep what was known
             self._take_labels(node.name, msg.node_labels)
+        node.engines_supported = msg.engines_supported
+        for e in msg.engines:
+            engine = node.engines[(e.namespace, e.pod)] = _Engine(node.name, maxlen)
+            engine.take(e)
         self._nodes[node.name] = node
         self._bump_all()
 
@@ -387,6 +415,13 @@ class ClusterState:
                     self._index_pod(node.name, info)
                     namespaces.add(key[0])
             node.pods = new
+        for e in msg.engines:
+            key = (e.namespace, e.pod)
+            engine = node.engines.get(key)
+            if engine is None:
+                engine = node.engines[key] = _Engine(node.name, maxlen)
+            engine.take(e)
+            namespaces.add(e.namespace)
         if msg.node_labels_changed and self._take_labels(node.name, msg.node_labels):
             self._version += 1  # which nodes a pool selects may have changed
             added = True
