@@ -6,7 +6,9 @@ Every option also reads a ``GPUSCALE_*`` environment variable (flags win), read 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,6 +30,8 @@ __all__ = [
     "check_server_arguments",
     "env",
     "existing_file",
+    "kubeconfig_errors",
+    "kubeconfig_from_args",
     "mock_config_from_args",
     "positive_seconds",
     "profiles_from_option",
@@ -76,6 +80,26 @@ def existing_file(text: str, flag: str) -> Path:
     if not path.is_file():
         raise UsageError(f'{flag} "{text}" is not a readable file')
     return path
+
+
+def kubeconfig_from_args(args: argparse.Namespace) -> str | None:
+    """``--kubeconfig`` (``GPUSCALE_KUBECONFIG_PATH``): a file that exists, or ``None`` when not given (or
+    empty). Checked before anything starts, so a wrong path is one line, not a failed start."""
+    if not args.kubeconfig:
+        return None
+    return str(existing_file(args.kubeconfig, "--kubeconfig"))
+
+
+@contextlib.contextmanager
+def kubeconfig_errors(kubeconfig: str | None) -> Iterator[None]:
+    """A kubeconfig that cannot be loaded (not YAML, no current context) or an in-cluster service account
+    that is missing becomes a ``UsageError``: one line naming the flag, exit 2."""
+    from ..kube.errors import KubeConfigError
+
+    try:
+        yield
+    except KubeConfigError as e:
+        raise UsageError(f"--kubeconfig: {e}" if kubeconfig else str(e)) from None
 
 
 def add_server_arguments(

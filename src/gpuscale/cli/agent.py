@@ -23,6 +23,8 @@ from ._options import (
     backend_from_args,
     check_server_arguments,
     env,
+    kubeconfig_errors,
+    kubeconfig_from_args,
     positive_seconds,
     server_tls_from_args,
 )
@@ -99,7 +101,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def settings_from_args(args: argparse.Namespace) -> AgentSettings:
     check_server_arguments(args)
-    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and args.kubeconfig is None
+    kubeconfig = kubeconfig_from_args(args)
+    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and kubeconfig is None
     return AgentSettings(
         node_name=args.node_name,
         interval=positive_seconds(args.interval, "--interval"),
@@ -107,7 +110,7 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         metrics_address=args.metrics_address,
         kubelet_socket=Path(args.kubelet_socket),
         hostname_label=args.hostname_label,
-        kubeconfig=args.kubeconfig,
+        kubeconfig=kubeconfig,
         in_cluster=in_cluster,
         history_seconds=positive_seconds(args.history, "--history"),
         attribution_interval=positive_seconds(args.attribution_interval, "--attribution-interval"),
@@ -130,7 +133,8 @@ async def kube_sources(
     from ..kube.pods import NodePodWatcher, api_client_from
     from ..kube.resourceslices import NodeResourceSliceWatcher
 
-    api = await api_client_from(settings.kubeconfig, settings.in_cluster)
+    with kubeconfig_errors(settings.kubeconfig):
+        api = await api_client_from(settings.kubeconfig, settings.in_cluster)
     node = settings.node_name
     pods = NodePodWatcher(api, node, extra_resource_names=settings.extra_resource_names)
     return pods, NodeLabelWatcher(api, node), NodeResourceSliceWatcher(api, node)
