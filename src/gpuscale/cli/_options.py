@@ -29,6 +29,7 @@ __all__ = [
     "backend_from_args",
     "check_server_arguments",
     "env",
+    "env_flag",
     "existing_file",
     "kubeconfig_errors",
     "kubeconfig_from_args",
@@ -42,6 +43,30 @@ __all__ = [
 def env(name: str, default: str | None = None) -> str | None:
     """The value of ``GPUSCALE_<NAME>``, or ``default``."""
     return os.environ.get(f"GPUSCALE_{name}", default)
+
+
+_TRUE = ("1", "true", "yes", "on", "y", "t")
+_FALSE = ("0", "false", "no", "off", "n", "f")
+
+
+def env_flag(name: str, given: bool | None, default: bool = False) -> bool:
+    """An on/off flag: ``given`` when the flag was on the command line (``store_true`` with default
+    ``None``), else ``GPUSCALE_<NAME>`` read as a boolean (true/false, 1/0, yes/no, on/off, any case; empty:
+    ``default``). Any other value is a ``UsageError`` naming the variable, never a silent off."""
+    if given is not None:
+        return given
+    text = env(name, "") or ""
+    value = text.strip().lower()
+    if not value:
+        return default
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise UsageError(
+        f'GPUSCALE_{name} "{text}" must be true or false (also 1/0, yes/no, on/off; empty: '
+        f"{'true' if default else 'false'})"
+    )
 
 
 def _int(text: str | None, flag: str) -> int:

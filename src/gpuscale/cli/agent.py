@@ -23,6 +23,7 @@ from ._options import (
     backend_from_args,
     check_server_arguments,
     env,
+    env_flag,
     kubeconfig_errors,
     kubeconfig_from_args,
     positive_seconds,
@@ -91,9 +92,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--serve-external-scaler",
         action="store_true",
-        default=env("SERVE_EXTERNAL_SCALER", "") in ("1", "true"),
+        default=None,
         help="also answer KEDA's externalscaler calls for this node's GPUs (trigger scope: node) on the "
-        "gRPC port",
+        "gRPC port (GPUSCALE_SERVE_EXTERNAL_SCALER: true/false, 1/0, yes/no, on/off)",
     )
     add_server_tls_arguments(p, "TLS (between the scaler, or KEDA, and the agent)", "clients (the scaler)")
     p.set_defaults(func=run)
@@ -116,7 +117,7 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         attribution_interval=positive_seconds(args.attribution_interval, "--attribution-interval"),
         proc_root=Path(args.proc_root),
         extra_resource_names=tuple(n.strip() for n in args.extra_resource_names.split(",") if n.strip()),
-        serve_external_scaler=args.serve_external_scaler,
+        serve_external_scaler=env_flag("SERVE_EXTERNAL_SCALER", args.serve_external_scaler),
         tls=server_tls_from_args(args),
     )
 
