@@ -156,7 +156,7 @@ def test_scaler_deployment(rendered: dict[str, dict[str, str]]) -> None:
     ]}]
     anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
     assert anti["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
-    assert find(objs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    assert find(objs, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
     svc = find(objs, "Service", "gpuscale-scaler")
     assert svc["spec"]["clusterIP"] == "None"
     assert {p["name"]: p["port"] for p in svc["spec"]["ports"]} == {"grpc": 6001, "metrics": 9401}
@@ -252,6 +252,52 @@ def test_notes_scaledobject_points_at_the_scaler(rendered: dict[str, dict[str, s
     assert notes_scaledobject(other)["spec"]["triggers"][0]["metadata"]["scalerAddress"] == "gs-scaler.gpuscale.svc:6001"
 
 
+def _disruptions_allowed(pdb: dict[str, Any] | None, replicas: int) -> int:
+    """``status.disruptionsAllowed`` of a PDB over ``replicas`` healthy pods of a Deployment, as Kubernetes'
+    disruption controller computes it (pkg/controller/disruption ``getExpectedPodCount``: integer or
+    percentage, percentages rounded up); no PDB: every pod may be evicted."""
+    if pdb is None:
+        return replicas
+    spec = pdb["spec"]
+
+    def scaled(v: int | str) -> int:
+        return -(-int(v[:-1]) * replicas // 100) if isinstance(v, str) else v
+
+    desired_healthy = scaled(spec["minAvailable"]) if "minAvailable" in spec else replicas - scaled(
+        spec["maxUnavailable"])
+    return max(0, replicas - desired_healthy)
+
+
+@pytest.mark.parametrize(
+    ("scaler", "allowed"),
+    [
+        ({"replicas": 1}, 1),  # no budget over one pod: a drain evicts it, KEDA's fallback covers the gap
+        ({}, 1),  # two replicas, maxUnavailable 1
+        ({"replicas": 3}, 1),
+        ({"replicas": 3, "podDisruptionBudget": {"minAvailable": 2}}, 1),
+        ({"replicas": 4, "podDisruptionBudget": {"minAvailable": "50%"}}, 2),
+        ({"replicas": 4, "podDisruptionBudget": {"maxUnavailable": "25%"}}, 1),
+        # a release installed with the old default (minAvailable: 1), upgraded with --reuse-values
+        ({"replicas": 1, "podDisruptionBudget": {"enabled": True, "minAvailable": 1}}, 1),
+        ({"replicas": 2, "podDisruptionBudget": {"enabled": True, "minAvailable": 1}}, 1),
+    ],
+)
+def test_the_scaler_budget_never_blocks_a_node_drain(scaler: dict[str, Any], allowed: int) -> None:
+    objs = objects(render_chart({"scaler": scaler}))
+    validate_all(objs)
+    pdbs = [o for o in objs if o["kind"] == "PodDisruptionBudget"]
+    replicas = find(objs, "Deployment")["spec"]["replicas"]
+    assert len(pdbs) == (0 if replicas == 1 else 1)
+    assert _disruptions_allowed(pdbs[0] if pdbs else None, replicas) == allowed
+
+
+def test_a_budget_that_would_block_every_drain_fails_the_install() -> None:
+    with pytest.raises(helm.HelmError) as e:
+        render_chart({"scaler": {"replicas": 2, "podDisruptionBudget": {"minAvailable": 2}}})
+    assert ("scaler.podDisruptionBudget.minAvailable 2 must be less than scaler.replicas 2: with every replica "
+            "required, no node that runs one can be drained") in str(e.value)
+
+
 BAD_VALUES = [
     ({"agent": {"backend": "cuda"}}, "/agent/backend"),
     ({"agent": {"bakend": "nvml"}}, "'bakend' not allowed"),
@@ -260,6 +306,10 @@ BAD_VALUES = [
     ({"agent": {"grpcPort": 70000}}, "/agent/grpcPort"),
     ({"agent": {"podResourcesDir": "var/lib"}}, "/agent/podResourcesDir"),
     ({"scaler": {"replicas": 0}}, "/scaler/replicas"),
+    ({"scaler": {"podDisruptionBudget": {"minAvailable": "100%"}}}, "/scaler/podDisruptionBudget/minAvailable"),
+    ({"scaler": {"podDisruptionBudget": {"minAvailable": 0}}}, "/scaler/podDisruptionBudget/minAvailable"),
+    ({"scaler": {"podDisruptionBudget": {"maxUnavailable": 0}}}, "/scaler/podDisruptionBudget/maxUnavailable"),
+    ({"scaler": {"podDisruptionBudget": {"maxUnavailable": "150%"}}}, "/scaler/podDisruptionBudget/maxUnavailable"),
     ({"scaler": {"ingestWorkers": -1}}, "/scaler/ingestWorkers"),
     ({"scaler": {"tls": {"enabled": True}}}, "/scaler/tls/secretName"),
     ({"agent": {"tls": {"enabled": True}}}, "/agent/tls/secretName"),
