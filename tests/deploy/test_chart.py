@@ -12,6 +12,7 @@ from gpuscale.scaler.profiles import parse_profiles
 
 from .helpers import (
     CHART,
+    IMAGE,
     KUBE_VERSION,
     NAMESPACE,
     find,
@@ -19,6 +20,7 @@ from .helpers import (
     objects,
     render_chart,
     validate_all,
+    with_image,
 )
 
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -56,7 +58,7 @@ def test_renders_valid_objects(rendered: dict[str, dict[str, str]], variant: str
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_lint_clean(variant: str) -> None:
-    report = helm.lint(str(CHART), VARIANTS[variant], strict=True, namespace=NAMESPACE,
+    report = helm.lint(str(CHART), with_image(VARIANTS[variant]), strict=True, namespace=NAMESPACE,
                        kube_version=f"v{KUBE_VERSION}.0")
     assert report["errors"] == []
     assert [m for m in report["messages"] if m["severity"] >= 2] == []
@@ -317,6 +319,8 @@ BAD_VALUES = [
     ({"scaler": {"service": {"headless": "yes"}}}, "/scaler/service/headless"),
     ({"serviceMonitor": {"interval": "fast"}}, "/serviceMonitor/interval"),
     ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+    ({"image": {"digest": "sha256:abc"}}, "/image/digest"),
+    ({"image": {"digest": "latest"}}, "/image/digest"),
     ({"gpuNodeLabels": [{"values": ["true"]}]}, "/gpuNodeLabels/0"),
 ]
 
@@ -331,7 +335,8 @@ def test_bad_values_fail_install_naming_the_key(values: dict[str, Any], key: str
                       kubeconfig_content="apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
     try:
         with pytest.raises(helm.HelmError) as install_error:
-            cfg.install(helm.Chart.load(str(CHART)), "gpuscale", values, namespace=NAMESPACE, dry_run="client")
+            cfg.install(helm.Chart.load(str(CHART)), "gpuscale", with_image(values), namespace=NAMESPACE,
+                        dry_run="client")
     finally:
         cfg.close()
     assert key in str(install_error.value)
@@ -341,7 +346,42 @@ def test_default_install_dry_run() -> None:
     cfg = helm.Config(storage_driver="memory", namespace=NAMESPACE,
                       kubeconfig_content="apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
     try:
-        release = cfg.install(helm.Chart.load(str(CHART)), "gpuscale", {}, namespace=NAMESPACE, dry_run="client")
+        release = cfg.install(helm.Chart.load(str(CHART)), "gpuscale", with_image({}), namespace=NAMESPACE,
+                              dry_run="client")
     finally:
         cfg.close()
     assert "kind: DaemonSet" in release["manifest"] and "gpuscale-scaler.gpuscale.svc:6001" in release["notes"]
+    assert f"Image (agent and scaler): {IMAGE}:0.1.0\n" in release["notes"]
+
+
+def test_an_install_without_an_image_says_to_build_and_push_one() -> None:
+    """Nothing publishes a gpuscale image: installing without image.repository fails, saying what to do,
+    instead of pods that cannot pull a default image."""
+    cfg = helm.Config(storage_driver="memory", namespace=NAMESPACE,
+                      kubeconfig_content="apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    try:
+        with pytest.raises(helm.HelmError) as e:
+            cfg.install(helm.Chart.load(str(CHART)), "gpuscale", {}, namespace=NAMESPACE, dry_run="client")
+    finally:
+        cfg.close()
+    assert ("image.repository is required: nothing publishes a gpuscale image; build this repository's "
+            "Dockerfile for your nodes' architectures, push it to your registry and set image.repository "
+            '(docs/install.md, "The image")') in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("image", "reference"),
+    [
+        ({}, f"{IMAGE}:0.1.0"),  # the chart's appVersion
+        ({"tag": "0.1.0-rc1"}, f"{IMAGE}:0.1.0-rc1"),
+        ({"digest": "sha256:" + "a" * 64}, f"{IMAGE}@sha256:{'a' * 64}"),
+        ({"tag": "dev", "digest": "sha256:" + "b" * 64}, f"{IMAGE}@sha256:{'b' * 64}"),  # the digest pins it
+    ],
+)
+def test_both_run_the_image_the_notes_name(image: dict[str, str], reference: str) -> None:
+    rendered = render_chart({"image": image})
+    objs = objects(rendered)
+    for kind in ("DaemonSet", "Deployment"):
+        (c,) = find(objs, kind)["spec"]["template"]["spec"]["containers"]
+        assert c["image"] == reference, kind
+    assert f"Image (agent and scaler): {reference}\n" in rendered["gpuscale/templates/NOTES.txt"]
