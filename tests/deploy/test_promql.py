@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from gpuscale.render import HpaOptions, ScaledObjectOptions, hpa_documents, scaledobject_documents
+from gpuscale.render import HpaOptions, ScaledObjectOptions, adapter_values, scaledobject_documents
 from tests.conftest import AgentFactory
 from tests.fakes.kubelet import FakeKubelet, pod_resources
 from tests.fakes.prometheus import PrometheusServer, prometheus_binary, run_prometheus
@@ -91,8 +90,8 @@ async def test_rendered_queries(start_agent: AgentFactory, kubelet: FakeKubelet,
             assert one_value(prom, sm) == pytest.approx(0.8 * 50.0)
 
             # The adapter rule, expanded for the HPA's pods: one value per pod, the avg over each pod's GPUs.
-            cm = hpa_documents(HpaOptions("deployment/llm", "ai", window="5", scrape_interval=1.0))[1][1]
-            (rule,) = yaml.safe_load(cm["data"]["config.yaml"])["rules"]
+            values = adapter_values(HpaOptions("deployment/llm", "ai", window="5", scrape_interval=1.0))[1]
+            (rule,) = values["rules"]["custom"]
             assert prom.query(rule["seriesQuery"])  # the adapter's discovery finds the series
             q = expand_rule(rule, "ai", [POD_A, POD_B])
             assert q == ('avg by (pod) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{namespace="ai",'
@@ -184,8 +183,8 @@ async def test_exported_labels(start_agent: AgentFactory, kubelet: FakeKubelet, 
             # The plain query finds nothing: pod/namespace are now the agent's own pod.
             assert prom.query(query_of(_options())) == []
             assert one_value(prom, query_of(_options(exported_labels=True))) == pytest.approx(50.0)
-            cm = hpa_documents(HpaOptions("deployment/llm", "ai", window="5", exported_labels=True))[1][1]
-            (rule,) = yaml.safe_load(cm["data"]["config.yaml"])["rules"]
+            values = adapter_values(HpaOptions("deployment/llm", "ai", window="5", exported_labels=True))[1]
+            (rule,) = values["rules"]["custom"]
             q = expand_rule(rule, "ai", [POD_A, POD_B])
             assert per_pod(prom, q, "exported_pod") == {POD_A: pytest.approx(30.0), POD_B: pytest.approx(60.0)}
 

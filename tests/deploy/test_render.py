@@ -105,21 +105,61 @@ def test_tls_trigger_authentication() -> None:
     assert so["spec"]["triggers"][0]["metadata"]["enableTLS"] == "true"
 
 
-def test_hpa_and_adapter_rules(tmp_path: Path) -> None:
-    hpa, cm = cli("hpa", "--adapter", "--target", "deployment/llm", "--namespace", "ai", tmp_path=tmp_path)
-    validate_all([hpa, cm])
+RULE = {
+    "seriesQuery": 'DCGM_FI_DEV_GPU_UTIL{namespace!="",pod!=""}',
+    "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
+    "name": {"matches": "^DCGM_FI_DEV_GPU_UTIL$", "as": "gpuscale_gpu_utilization_avg"},
+    "metricsQuery": "avg by (<<.GroupBy>>) (avg_over_time(<<.Series>>{<<.LabelMatchers>>}[30s]))",
+}
+
+
+def test_hpa_and_adapter_rules_as_chart_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--adapter`` writes the rule as prometheus-adapter chart values in a file of its own, and says so:
+    nothing in the manifests replaces the adapter's config."""
+    values_file = tmp_path / "adapter-values.yaml"
+    (hpa,) = cli("hpa", "--adapter", "--adapter-values", str(values_file), "--target", "deployment/llm",
+                 "--namespace", "ai", tmp_path=tmp_path)
+    validate_all([hpa])
     (metric,) = hpa["spec"]["metrics"]
     assert metric == {"type": "Pods", "pods": {"metric": {"name": "gpuscale_gpu_utilization_avg"},
                                                "target": {"type": "AverageValue", "averageValue": "85"}}}
-    (rule,) = yaml.safe_load(cm["data"]["config.yaml"])["rules"]
-    assert rule == {
-        "seriesQuery": 'DCGM_FI_DEV_GPU_UTIL{namespace!="",pod!=""}',
-        "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
-        "name": {"matches": "^DCGM_FI_DEV_GPU_UTIL$", "as": "gpuscale_gpu_utilization_avg"},
-        "metricsQuery": "avg by (<<.GroupBy>>) (avg_over_time(<<.Series>>{<<.LabelMatchers>>}[30s]))",
-    }
-    (only_hpa,) = docs(render_hpa(HpaOptions("deployment/llm", "ai", exported_labels=True, adapter=False)))
+    text = values_file.read_text()
+    assert yaml.safe_load(text) == {"rules": {"custom": [RULE]}}  # the chart's rules.custom list
+    assert (f"#   helm upgrade prometheus-adapter prometheus-community/prometheus-adapter -n monitoring "
+            f"--reuse-values -f {values_file}\n") in text
+    assert capsys.readouterr().err == (
+        f"gpuscale render: the Prometheus Adapter rule is in {values_file}, as values of the "
+        "prometheus-community/prometheus-adapter chart (rules.custom): merge them into the adapter's release "
+        "(see the file's comment); --adapter-configmap NAME writes the whole ConfigMap instead\n"
+    )
+    (only_hpa,) = docs(render_hpa(HpaOptions("deployment/llm", "ai", exported_labels=True)))
     validate_all([only_hpa])
+
+
+def test_the_whole_adapter_configmap_only_when_asked_for_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    hpa, cm = cli("hpa", "--adapter-configmap", "my-adapter", "--adapter-namespace", "metrics",
+                  "--target", "deployment/llm", "--namespace", "ai", tmp_path=tmp_path)
+    validate_all([hpa, cm])
+    assert cm["metadata"] == {"name": "my-adapter", "namespace": "metrics"}
+    assert yaml.safe_load(cm["data"]["config.yaml"]) == {"rules": [RULE]}
+    assert "REPLACES every rule the adapter has" in (tmp_path / "out.yaml").read_text()
+    assert not (tmp_path / "prometheus-adapter-values.yaml").exists()
+    # --adapter with it: still the ConfigMap, no values file
+    cli("hpa", "--adapter", "--adapter-configmap", "my-adapter", "--target", "deployment/llm", "--namespace",
+        "ai", tmp_path=tmp_path)
+    assert not (tmp_path / "prometheus-adapter-values.yaml").exists()
+
+
+def test_an_adapter_values_file_that_cannot_be_written_is_a_usage_error(tmp_path: Path) -> None:
+    from gpuscale.errors import UsageError
+
+    with pytest.raises(UsageError) as e:
+        cli("hpa", "--adapter", "--adapter-values", str(tmp_path / "no" / "such" / "dir.yaml"),
+            "--target", "deployment/llm", "--namespace", "ai", tmp_path=tmp_path)
+    assert str(e.value) == f'--adapter-values "{tmp_path}/no/such/dir.yaml": cannot write it: No such file or directory'
 
 
 BAD: list[tuple[dict[str, Any], str]] = [
@@ -147,11 +187,22 @@ def test_bad_options_are_usage_errors(options: dict[str, Any], message: str) -> 
     assert "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+VALUES_EXAMPLES = {"prometheus-adapter-values.yaml"}  # chart values, not Kubernetes objects
+
+
+@pytest.mark.parametrize("path", sorted(p for p in EXAMPLES.glob("*.yaml") if p.name not in VALUES_EXAMPLES),
+                         ids=lambda p: p.name)
 def test_examples_validate(path: Path) -> None:
     objs = docs(path.read_text())
     assert objs
     validate_all(objs)
+
+
+def test_the_adapter_values_example_is_the_rule_of_the_hpa_example() -> None:
+    (hpa,) = docs((EXAMPLES / "prometheus-adapter-hpa.yaml").read_text())
+    values = yaml.safe_load((EXAMPLES / "prometheus-adapter-values.yaml").read_text())
+    (rule,) = values["rules"]["custom"]
+    assert rule["name"]["as"] == hpa["spec"]["metrics"][0]["pods"]["metric"]["name"]
 
 
 def _example_commands() -> list[tuple[list[str], str]]:
@@ -160,15 +211,24 @@ def _example_commands() -> list[tuple[list[str], str]]:
     return [(shlex.split(args), name) for args, name in found]
 
 
+def _side_files(argv: list[str]) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv) if a == "--adapter-values"]
+
+
 def test_every_example_has_its_command() -> None:
-    assert sorted(name for _, name in _example_commands()) == sorted(p.name for p in EXAMPLES.glob("*.yaml"))
+    written = [name for argv, name in _example_commands()] + [
+        f for argv, _ in _example_commands() for f in _side_files(argv)]
+    assert sorted(written) == sorted(p.name for p in EXAMPLES.glob("*.yaml"))
 
 
 @pytest.mark.parametrize(("argv", "name"), _example_commands(), ids=lambda v: v if isinstance(v, str) else "")
 def test_examples_are_what_their_command_renders(
-    argv: list[str], name: str, capsys: pytest.CaptureFixture[str]
+    argv: list[str], name: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from gpuscale.cli import main
 
+    monkeypatch.chdir(tmp_path)  # where a command writes its other files
     assert main(argv) == 0
     assert capsys.readouterr().out == (EXAMPLES / name).read_text()
+    for side in _side_files(argv):
+        assert (tmp_path / side).read_text() == (EXAMPLES / side).read_text(), side

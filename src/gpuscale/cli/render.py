@@ -2,7 +2,8 @@
 
 ``render scaledobject`` writes a KEDA ScaledObject (``--mode external``, ``external-push`` or ``prometheus``);
 ``render hpa`` an ``autoscaling/v2`` HPA with a ``Pods`` metric and, with ``--adapter``, the Prometheus
-Adapter rule it needs. Only ``--target`` and ``--namespace`` are required.
+Adapter rule it needs as values of the prometheus-adapter chart, in a file of its own (the whole adapter
+ConfigMap only when asked for by name). Only ``--target`` and ``--namespace`` are required.
 """
 
 from __future__ import annotations
@@ -12,7 +13,14 @@ import math
 import sys
 
 from ..errors import UsageError
-from ..render import MODES, HpaOptions, ScaledObjectOptions, render_hpa, render_scaledobject
+from ..render import (
+    MODES,
+    HpaOptions,
+    ScaledObjectOptions,
+    render_adapter_values,
+    render_hpa,
+    render_scaledobject,
+)
 from ..scaler.profiles import AGGREGATIONS, BUILTIN_PROFILES, METRICS, SCOPES, SHARES
 from ._options import profiles_from_option
 
@@ -135,19 +143,36 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "hpa",
         help="an autoscaling/v2 HPA with a Pods metric, and the Prometheus Adapter rule",
         description="An autoscaling/v2 HPA with a Pods metric served by Prometheus Adapter from the agent's "
-        "series; with --adapter also the adapter's rules ConfigMap.",
+        "series. With --adapter, also the adapter rule that serves it, as values of the "
+        "prometheus-community/prometheus-adapter chart (rules.custom) in --adapter-values; "
+        "--adapter-configmap NAME instead adds the adapter's whole config as a ConfigMap to the manifests, "
+        "which replaces every rule the adapter had.",
     )
     _common(hpa)
     hpa.add_argument(
-        "--adapter", action="store_true", help="also write the Prometheus Adapter rules ConfigMap"
+        "--adapter",
+        action="store_true",
+        help="also write the Prometheus Adapter rule as prometheus-adapter chart values to --adapter-values",
+    )
+    hpa.add_argument(
+        "--adapter-values",
+        metavar="FILE",
+        default=ADAPTER_VALUES,
+        help=f"where --adapter writes the chart values (default ./{ADAPTER_VALUES})",
     )
     hpa.add_argument(
         "--adapter-namespace", default="monitoring", help="the adapter's namespace (default monitoring)"
     )
     hpa.add_argument(
-        "--adapter-configmap", default="prometheus-adapter", help="the adapter's config ConfigMap name"
+        "--adapter-configmap",
+        metavar="NAME",
+        help="instead of the values: the adapter's whole config as the ConfigMap NAME, with the manifests "
+        "(applying it replaces every rule the adapter had; e.g. prometheus-adapter)",
     )
     hpa.set_defaults(func=run_hpa)
+
+
+ADAPTER_VALUES = "prometheus-adapter-values.yaml"
 
 
 def _write(text: str, output: str | None) -> int:
@@ -160,6 +185,14 @@ def _write(text: str, output: str | None) -> int:
     except OSError as e:
         raise UsageError(f'--output "{output}": {e.strerror}') from None
     return 0
+
+
+def _write_file(text: str, path: str, flag: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        raise UsageError(f'{flag} "{path}": cannot write it: {e.strerror or e}') from None
 
 
 def run_scaledobject(args: argparse.Namespace) -> int:
@@ -216,9 +249,18 @@ def run_hpa(args: argparse.Namespace) -> int:
         exported_labels=args.exported_labels,
         vendor=args.vendor,
         scrape_interval=args.scrape_interval,
-        adapter=args.adapter,
         adapter_namespace=args.adapter_namespace,
         adapter_configmap=args.adapter_configmap,
         profiles=profiles_from_option(args.profiles),
     )
-    return _write(render_hpa(options), args.output)
+    manifests = render_hpa(options)  # checks every option before a file is written
+    if args.adapter and args.adapter_configmap is None:
+        path = args.adapter_values
+        _write_file(render_adapter_values(options, file_name=path), path, "--adapter-values")
+        print(
+            f"gpuscale render: the Prometheus Adapter rule is in {path}, as values of the "
+            "prometheus-community/prometheus-adapter chart (rules.custom): merge them into the adapter's "
+            "release (see the file's comment); --adapter-configmap NAME writes the whole ConfigMap instead",
+            file=sys.stderr,
+        )
+    return _write(manifests, args.output)
