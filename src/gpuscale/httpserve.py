@@ -17,28 +17,35 @@ __all__ = ["make_app", "serve_app"]
 
 
 def make_app(
-    registry: CollectorRegistry, *, healthy: Callable[[], str | None], ready: Callable[[], str | None]
+    registry: CollectorRegistry,
+    *,
+    healthy: Callable[[], str | None],
+    ready: Callable[[], str | None],
+    ready_detail: Callable[[], str] | None = None,
 ) -> web.Application:
-    """``healthy``/``ready`` return ``None`` when fine, else the reason (served with status 503)."""
+    """``healthy``/``ready`` return ``None`` when fine, else the reason (served with status 503).
+    ``ready_detail``: more lines for ``/readyz``'s body, ready or not (e.g. the agents not followed)."""
 
     async def metrics(request: web.Request) -> web.Response:
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
         body = encoder(registry)
         return web.Response(body=body, headers={"Content-Type": content_type})
 
-    def probe(check: Callable[[], str | None]) -> Callable[[web.Request], object]:
+    def probe(
+        check: Callable[[], str | None], detail: Callable[[], str] | None = None
+    ) -> Callable[[web.Request], object]:
         async def handler(request: web.Request) -> web.Response:
             problem = check()
-            if problem is None:
-                return web.Response(text="ok\n")
-            return web.Response(status=503, text=problem + "\n")
+            more = detail() if detail is not None else ""
+            text = ("ok" if problem is None else problem) + "\n" + (more.rstrip("\n") + "\n" if more else "")
+            return web.Response(status=200 if problem is None else 503, text=text)
 
         return handler
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", probe(healthy))  # type: ignore[arg-type]
-    app.router.add_get("/readyz", probe(ready))  # type: ignore[arg-type]
+    app.router.add_get("/readyz", probe(ready, ready_detail))  # type: ignore[arg-type]
     return app
 
 

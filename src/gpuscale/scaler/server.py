@@ -170,8 +170,27 @@ class Scaler:
         self._grpc = server
 
     async def _start_http(self) -> None:
-        app = make_app(self.registry, healthy=lambda: None, ready=self.ready_problem)
+        app = make_app(
+            self.registry, healthy=lambda: None, ready=self.ready_problem, ready_detail=self.agents_detail
+        )
         self._http, self.metrics_port = await serve_app(app, *split_address(self.settings.metrics_address))
+
+    def agents_detail(self, most: int = 20) -> str:
+        """For ``/readyz``: how many agents are followed and, by address, those that are not, with the newest
+        failure (ready or not: one unreachable agent does not take a replica out of KEDA's rotation)."""
+        known, connected = len(self.pool.addresses), self.pool.connected
+        if connected >= known:
+            return f"{connected} of {known} agents connected"
+        not_connected = getattr(self.pool, "not_connected", None)
+        if not_connected is None:  # ingest workers: the addresses are in their logs
+            return f"{connected} of {known} agents connected; the ingest workers' logs name the others"
+        lines = [f"{connected} of {known} agents connected; not connected:"]
+        items = list(not_connected().items())
+        for address, error in items[:most]:
+            lines.append(f"  {address}: {error or 'connecting (no attempt has failed yet)'}")
+        if len(items) > most:
+            lines.append(f"  and {len(items) - most} more")
+        return "\n".join(lines)
 
     def ready_problem(self) -> str | None:
         """Ready once every discovered agent has sent its state, or ``ready_grace_s`` after start."""
