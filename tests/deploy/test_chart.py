@@ -30,6 +30,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "tls": {"scaler": {"tls": {"enabled": True, "secretName": "gpuscale-tls", "clientAuth": True}}},
     "agent-tls": {"agent": {"tls": {"enabled": True, "secretName": "gpuscale-agent-tls"}}},
     "monitoring": {"serviceMonitor": {"enabled": True, "labels": {"release": "kps"}},
+                   "prometheusRule": {"enabled": True, "labels": {"release": "kps"}},
                    "networkPolicy": {"enabled": True,
                                      "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]}},
     "runtime-class": {"agent": {"runtimeClassName": "nvidia", "hostPID": False}},
@@ -233,6 +234,8 @@ def test_monitoring(rendered: dict[str, dict[str, str]]) -> None:
     (ep,) = monitors["gpuscale-agent"]["spec"]["endpoints"]
     assert ep["honorLabels"] is True and ep["port"] == "metrics"
     assert monitors["gpuscale-agent"]["metadata"]["labels"]["release"] == "kps"
+    assert find(objs, "PrometheusRule")["metadata"]["labels"]["release"] == "kps"
+    assert not [o for o in objects(rendered["default"]) if o["kind"] == "PrometheusRule"]
     policies = {o["metadata"]["name"]: o["spec"] for o in objs if o["kind"] == "NetworkPolicy"}
     grpc_from = policies["gpuscale-scaler"]["ingress"][0]["from"]
     assert grpc_from == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "keda"}}}]
@@ -320,6 +323,7 @@ BAD_VALUES = [
     ({"serviceMonitor": {"interval": "fast"}}, "/serviceMonitor/interval"),
     ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
     ({"image": {"digest": "sha256:abc"}}, "/image/digest"),
+    ({"prometheusRule": {"unavailableRatio": 0}}, "/prometheusRule/unavailableRatio"),
     ({"image": {"digest": "latest"}}, "/image/digest"),
     ({"gpuNodeLabels": [{"values": ["true"]}]}, "/gpuNodeLabels/0"),
 ]

@@ -54,6 +54,13 @@ class PrometheusServer:
                 raise AssertionError(f"no result for {promql!r} within {timeout}s")
             time.sleep(0.25)
 
+    def alerts(self) -> list[dict[str, Any]]:
+        """Active alerts, pending or firing (each with ``labels``, ``annotations``, ``state``)."""
+        body = self._get("/api/v1/alerts")
+        assert body["status"] == "success", body
+        alerts: list[dict[str, Any]] = body["data"]["alerts"]
+        return alerts
+
     def targets_up(self) -> bool:
         body = self._get("/api/v1/targets")
         active = body["data"]["activeTargets"]
