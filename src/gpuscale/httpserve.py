@@ -13,7 +13,23 @@ from prometheus_client.exposition import choose_encoder
 from .errors import ListenError
 from .netaddr import any_address_socket, join_host_port
 
-__all__ = ["make_app", "serve_app"]
+__all__ = ["add_self_metrics", "make_app", "serve_app"]
+
+
+def add_self_metrics(registry: CollectorRegistry, component: str) -> None:
+    """``gpuscale_build_info{version, python, component}`` (always 1: which build runs where) and
+    prometheus_client's process collector (``process_cpu_seconds_total``, ``process_resident_memory_bytes``,
+    ``process_open_fds``…, read from ``/proc`` at scrape time; nothing where there is no ``/proc``)."""
+    import platform
+
+    from prometheus_client import Info, ProcessCollector
+
+    from . import __version__
+
+    ProcessCollector(registry=registry)
+    Info("gpuscale_build", "The gpuscale build that serves these series.", registry=registry).info(
+        {"version": __version__, "python": platform.python_version(), "component": component}
+    )
 
 
 def make_app(

@@ -1,7 +1,7 @@
 """The chart's ServiceMonitors, as the Prometheus Operator turns them into scrape configs, run by a real
 Prometheus over a real agent and two real scaler replicas: a GPU no pod holds carries no pod (not the agent's),
 per-pod panels show only the workload's pods, ``up`` names the agent's node, and the dashboard's agent
-counts do not add up the replicas."""
+counts do not add up the replicas; both serve ``gpuscale_build_info`` and the process collector's series."""
 
 from __future__ import annotations
 
@@ -95,6 +95,18 @@ async def test_servicemonitors_through_the_operators_relabelling(
                 prom.wait_for('gpuscale_scaler_agents_connected{job="gpuscale-scaler"}', min_series=2)
                 connected, known, stale = _panel_exprs("Agents connected / known, stale nodes")
                 assert (_one(prom, connected), _one(prom, known), _one(prom, stale)) == (1.0, 1.0, 0.0)
+                # which build runs where, and the process collector's series, on both
+                from gpuscale import __version__
+
+                builds = prom.wait_for("gpuscale_build_info", min_series=3)
+                assert sorted((b["metric"]["job"], b["metric"]["component"], b["metric"]["version"],
+                               b["value"][1]) for b in builds) == [
+                    ("gpuscale-agent", "agent", __version__, "1"),
+                    ("gpuscale-scaler", "scaler", __version__, "1"),
+                    ("gpuscale-scaler", "scaler", __version__, "1")]
+                for job in ("gpuscale-agent", "gpuscale-scaler"):
+                    assert _one(prom, f'max(process_resident_memory_bytes{{job="{job}"}})') > 0
+                    assert prom.wait_for(f'process_cpu_seconds_total{{job="{job}"}}')
 
         await asyncio.to_thread(check)
     finally:

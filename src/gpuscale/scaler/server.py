@@ -17,7 +17,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
-from ..httpserve import make_app, serve_app
+from ..httpserve import add_self_metrics, make_app, serve_app
 from ..lifecycle import cancel_tasks, within
 from ..netaddr import join_host_port, parse_host_port, split_address
 from ..tls import SERVER_OPTIONS, TlsFiles, add_server_port, server_credentials
@@ -69,6 +69,7 @@ class Scaler:
     ) -> None:
         self.settings = settings
         self.registry = CollectorRegistry()
+        add_self_metrics(self.registry, "scaler")
         self.metrics = ScalerMetrics(self.registry)
         self.state = ClusterState(history_s=settings.history_s)
         subscriber = _with_history(settings.subscriber, settings.history_s)
