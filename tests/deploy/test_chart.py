@@ -143,8 +143,11 @@ def test_scaler_deployment(rendered: dict[str, dict[str, str]]) -> None:
     assert dep["spec"]["replicas"] == 2
     pod = dep["spec"]["template"]["spec"]
     (c,) = pod["containers"]
-    assert c["args"][:3] == ["--log-level=info", "scaler",
+    assert c["args"][:4] == ["--log-level=info", "--log-format=text", "scaler",
                              "--agents-dns=gpuscale-agent.gpuscale.svc.cluster.local:6000"]
+    (agent_c,) = find(objects(render_chart({"logFormat": "json"})), "DaemonSet")["spec"]["template"]["spec"][
+        "containers"]
+    assert agent_c["args"][:3] == ["--log-level=info", "--log-format=json", "agent"]
     assert "--profiles=/etc/gpuscale/profiles/profiles.yaml" in c["args"]
     assert "--ingest-workers=0" in c["args"]
     (worker,) = find(objects(render_chart({"scaler": {"ingestWorkers": 2}})), "Deployment")["spec"]["template"][
@@ -324,6 +327,7 @@ BAD_VALUES = [
     ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
     ({"image": {"digest": "sha256:abc"}}, "/image/digest"),
     ({"prometheusRule": {"unavailableRatio": 0}}, "/prometheusRule/unavailableRatio"),
+    ({"logFormat": "logfmt"}, "/logFormat"),
     ({"image": {"digest": "latest"}}, "/image/digest"),
     ({"gpuNodeLabels": [{"values": ["true"]}]}, "/gpuNodeLabels/0"),
 ]

@@ -139,6 +139,7 @@ def settings_from_args(args: argparse.Namespace) -> ScalerSettings:
     return ScalerSettings(
         ingest_workers=workers,
         event_loop=args.event_loop,
+        log_format=getattr(args, "log_format", "text"),
         agents=agents,
         agents_dns=args.agents_dns or None,
         dns_interval_s=positive_seconds(args.dns_interval, "--dns-interval"),

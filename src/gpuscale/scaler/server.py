@@ -50,6 +50,7 @@ class ScalerSettings:
     subscriber: SubscriberSettings = field(default_factory=SubscriberSettings)
     ingest_workers: int = 0  # > 0: read the agent streams in that many child processes (scaler/ingest.py)
     event_loop: str = "auto"  # of the ingest workers
+    log_format: str = "text"  # of the ingest workers (their level is the scaler's)
 
 
 
@@ -82,6 +83,7 @@ class Scaler:
                 workers=settings.ingest_workers,
                 event_loop=settings.event_loop,
                 log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower(),
+                log_format=settings.log_format,
             )
         else:
             self.pool = AgentPool(self.state, subscriber, self.metrics)
