@@ -23,7 +23,7 @@ RELEASE, NAMESPACE = "gpuscale", "gpuscale"
 # Kinds no Kubernetes schema covers: (apiVersion, kind) -> how they are checked instead.
 KEDA_KINDS = {("keda.sh/v1alpha1", "ScaledObject"), ("keda.sh/v1alpha1", "TriggerAuthentication")}
 NOT_IN_KUBERNETES = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule"),
-                     *KEDA_KINDS}
+                     ("cert-manager.io/v1", "Certificate"), *KEDA_KINDS}
 
 
 # The chart has no default image (nothing publishes one): the tests install one a user built and pushed.

@@ -35,6 +35,20 @@ VARIANTS: dict[str, dict[str, Any]] = {
                                      "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]}},
     "runtime-class": {"agent": {"runtimeClassName": "nvidia", "hostPID": False}},
     "agent-scaler": {"agent": {"serveExternalScaler": True}, "networkPolicy": {"enabled": True}},
+    "platform": {
+        "agent": {"serviceAccount": {"create": False, "name": "gpu-monitoring"},
+                  "podSecurityContext": {"fsGroup": 2000}, "containerSecurityContext": {"readOnlyRootFilesystem": False},
+                  "extraArgs": ["--attribution-interval=10"], "extraVolumes": [{"name": "extra", "emptyDir": {}}],
+                  "extraVolumeMounts": [{"name": "extra", "mountPath": "/extra"}], "criticalPodsQuota": 500,
+                  "tls": {"enabled": True, "secretName": "gpuscale-agent-tls",
+                          "certManager": {"enabled": True, "issuerRef": {"name": "ca", "kind": "ClusterIssuer"}}}},
+        "scaler": {"serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/x"}},
+                   "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                                                  "whenUnsatisfiable": "ScheduleAnyway"}],
+                   "extraArgs": ["--dns-interval=10"],
+                   "tls": {"enabled": True, "secretName": "gpuscale-tls",
+                           "certManager": {"enabled": True, "issuerRef": {"name": "ca"}, "duration": "2160h"}}},
+    },
     "clusterip-custom": {"scaler": {"service": {"headless": False}, "replicas": 3,
                                     "profiles": {"my-llm": {"extends": "llm-serving", "targetValue": 75}}},
                          "agent": {"extraResourceNames": ["nvidia.com/gpu.shared"], "runAsUser": 65532}},
@@ -306,6 +320,76 @@ def test_a_budget_that_would_block_every_drain_fails_the_install() -> None:
             "required, no node that runs one can be drained") in str(e.value)
 
 
+def test_service_accounts(rendered: dict[str, dict[str, str]]) -> None:
+    default = objects(rendered["default"])
+    assert {o["metadata"]["name"] for o in default if o["kind"] == "ServiceAccount"} == {"gpuscale-agent",
+                                                                                       "gpuscale-scaler"}
+    objs = objects(rendered["platform"])
+    (scaler_sa,) = [o for o in objs if o["kind"] == "ServiceAccount"]  # the agent's is not made: it exists
+    assert scaler_sa["metadata"]["name"] == "gpuscale-scaler"
+    assert scaler_sa["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/x"}
+    assert find(objs, "DaemonSet")["spec"]["template"]["spec"]["serviceAccountName"] == "gpu-monitoring"
+    assert find(objs, "ClusterRoleBinding", "gpuscale-agent")["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gpu-monitoring", "namespace": NAMESPACE}]
+    named = objects(render_chart({"scaler": {"serviceAccount": {"name": "keda-facing"}}}))
+    assert find(named, "ServiceAccount", "keda-facing") and find(named, "Deployment")["spec"]["template"]["spec"][
+        "serviceAccountName"] == "keda-facing"
+
+
+def test_security_context_overrides_merge_over_the_charts(rendered: dict[str, dict[str, str]]) -> None:
+    pod = find(objects(rendered["platform"]), "DaemonSet")["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {"runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False, "fsGroup": 2000,
+                                      "seccompProfile": {"type": "RuntimeDefault"}}
+    sc = pod["containers"][0]["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is False  # overridden
+    assert sc["capabilities"] == {"drop": ["ALL"]} and sc["allowPrivilegeEscalation"] is False  # kept
+
+
+def test_extra_args_volumes_and_spread(rendered: dict[str, dict[str, str]]) -> None:
+    objs = objects(rendered["platform"])
+    agent = find(objs, "DaemonSet")["spec"]["template"]["spec"]
+    assert agent["containers"][0]["args"][-1] == "--attribution-interval=10"
+    assert {"name": "extra", "emptyDir": {}} in agent["volumes"]
+    assert {"name": "extra", "mountPath": "/extra"} in agent["containers"][0]["volumeMounts"]
+    scaler = find(objs, "Deployment")["spec"]["template"]["spec"]
+    assert scaler["containers"][0]["args"][-1] == "--dns-interval=10"
+    assert scaler["topologySpreadConstraints"] == [{
+        "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "gpuscale", "app.kubernetes.io/instance":
+                                          "gpuscale", "app.kubernetes.io/component": "scaler"}}}]
+    assert "topologySpreadConstraints" not in find(objects(rendered["default"]), "Deployment")["spec"]["template"][
+        "spec"]
+
+
+def test_the_agent_is_node_critical_by_default(rendered: dict[str, dict[str, str]]) -> None:
+    assert _agent_pod(objects(rendered["default"]))["priorityClassName"] == "system-node-critical"
+    assert "priorityClassName" not in _agent_pod(objects(render_chart({"agent": {"priorityClassName": ""}})))
+    assert not [o for o in objects(rendered["default"]) if o["kind"] == "ResourceQuota"]
+    quota = find(objects(rendered["platform"]), "ResourceQuota")["spec"]
+    assert quota == {"hard": {"pods": "500"}, "scopeSelector": {"matchExpressions": [
+        {"scopeName": "PriorityClass", "operator": "In", "values": ["system-node-critical", "system-cluster-critical"]}]}}
+
+
+def test_cert_manager_certificates_name_what_is_dialled(rendered: dict[str, dict[str, str]]) -> None:
+    objs = objects(rendered["platform"])
+    certs = {o["metadata"]["name"]: o["spec"] for o in objs if o["kind"] == "Certificate"}
+    agent, scaler = certs["gpuscale-agent-tls"], certs["gpuscale-scaler-tls"]
+    # the agents' Secret, mounted by both, names what the scaler checks
+    deployment = find(objs, "Deployment")["spec"]["template"]["spec"]
+    server_name = next(a.split("=", 1)[1] for a in deployment["containers"][0]["args"]
+                       if a.startswith("--agent-tls-server-name="))
+    assert agent["dnsNames"] == [server_name] and agent["usages"] == ["server auth", "client auth"]
+    assert agent["secretName"] == "gpuscale-agent-tls"
+    assert agent["issuerRef"] == {"name": "ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}
+    # the scaler's names the address KEDA dials (the NOTES' scalerAddress)
+    address = notes_scaledobject(rendered["platform"]["gpuscale/templates/NOTES.txt"])["spec"]["triggers"][0][
+        "metadata"]["scalerAddress"]
+    assert address.rsplit(":", 1)[0] in scaler["dnsNames"] and scaler["usages"] == ["server auth"]
+    assert scaler["secretName"] == "gpuscale-tls" and scaler["duration"] == "2160h"
+    assert {"name": "tls", "secret": {"secretName": "gpuscale-tls"}} in deployment["volumes"]
+    assert not [o for o in objects(rendered["tls"]) if o["kind"] == "Certificate"]
+
+
 BAD_VALUES = [
     ({"agent": {"backend": "cuda"}}, "/agent/backend"),
     ({"agent": {"bakend": "nvml"}}, "'bakend' not allowed"),
@@ -328,6 +412,11 @@ BAD_VALUES = [
     ({"image": {"digest": "sha256:abc"}}, "/image/digest"),
     ({"prometheusRule": {"unavailableRatio": 0}}, "/prometheusRule/unavailableRatio"),
     ({"logFormat": "logfmt"}, "/logFormat"),
+    ({"agent": {"tls": {"enabled": True, "secretName": "x", "certManager": {"enabled": True}}}},
+     "/agent/tls/certManager"),
+    ({"scaler": {"tls": {"certManager": {"duration": "90 days"}}}}, "/scaler/tls/certManager/duration"),
+    ({"agent": {"criticalPodsQuota": -1}}, "/agent/criticalPodsQuota"),
+    ({"agent": {"serviceAccount": {"nmae": "x"}}}, "'nmae' not allowed"),
     ({"image": {"digest": "latest"}}, "/image/digest"),
     ({"gpuNodeLabels": [{"values": ["true"]}]}, "/gpuNodeLabels/0"),
 ]

@@ -85,3 +85,27 @@ capabilities:
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
+
+
+{{/* The ServiceAccount a component runs as: made by the chart (serviceAccount.create, the default) under
+     serviceAccount.name or <fullname>-<component>; else serviceAccount.name, or the namespace's "default". */}}
+{{- define "gpuscale.serviceAccountName" -}}
+{{- $c := index .root.Values .component -}}
+{{- $sa := $c.serviceAccount | default dict -}}
+{{- if or (not (hasKey $sa "create")) $sa.create -}}
+{{- $sa.name | default (printf "%s-%s" (include "gpuscale.fullname" .root) .component) -}}
+{{- else -}}
+{{- $sa.name | default "default" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gpuscale.serviceAccountCreate" -}}
+{{- $sa := (index .root.Values .component).serviceAccount | default dict -}}
+{{- if or (not (hasKey $sa "create")) $sa.create }}true{{ end -}}
+{{- end -}}
+
+{{/* The container securityContext: the chart's (above) with containerSecurityContext over it. */}}
+{{- define "gpuscale.containerSecurityContextFor" -}}
+{{- $base := include "gpuscale.containerSecurityContext" .root | fromYaml -}}
+{{- toYaml (mergeOverwrite $base ((index .root.Values .component).containerSecurityContext | default dict)) -}}
+{{- end -}}
