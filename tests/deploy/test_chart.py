@@ -482,3 +482,21 @@ def test_both_run_the_image_the_notes_name(image: dict[str, str], reference: str
         (c,) = find(objs, kind)["spec"]["template"]["spec"]["containers"]
         assert c["image"] == reference, kind
     assert f"Image (agent and scaler): {reference}\n" in rendered["gpuscale/templates/NOTES.txt"]
+
+
+def test_the_documented_gke_and_eks_presets_install() -> None:
+    """docs/install.md's presets, as written: each passes the schema and renders valid objects, with the agent
+    on nodes with those labels."""
+    import re
+
+    text = (CHART.parents[2] / "docs" / "install.md").read_text()
+    section = text[text.index("## GKE and EKS"):text.index("## Next")]
+    (block,) = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    presets = [d for d in yaml.safe_load_all(block) if d]
+    assert len(presets) == 2
+    for preset in presets:
+        objs = objects(render_chart(preset))
+        validate_all(objs)
+        terms = _agent_pod(objs)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"]
+        assert [t["matchExpressions"][0]["key"] for t in terms] == [g["key"] for g in preset["gpuNodeLabels"]]

@@ -46,7 +46,8 @@ def test_minimal_command_writes_a_working_manifest(mode: str, tmp_path: Path) ->
         assert trigger["metricType"] == "Value"
         assert trigger["metadata"] == {
             "serverAddress": "http://prometheus-operated.monitoring.svc:9090",
-            "query": 'avg(avg_over_time(DCGM_FI_DEV_GPU_UTIL{namespace="ai",pod=~"llm-[a-z0-9]+-[a-z0-9]{5}"}[30s]))',
+            "query": 'avg(avg_over_time(DCGM_FI_DEV_GPU_UTIL{job="gpuscale-agent",namespace="ai",'
+                     'pod=~"llm-[a-z0-9]+-[a-z0-9]{5}"}[30s]))',
             "threshold": "85", "activationThreshold": "5", "ignoreNullValues": "false"}
     else:
         assert trigger["metricType"] == "AverageValue"
@@ -70,18 +71,22 @@ CASES: list[tuple[dict[str, Any], str, dict[str, str]]] = [
     ({"mode": "external-push", "profile": "online-inference", "scaler_address": "s.x.svc:6001", "tls": True},
      "AverageValue", {"scalerAddress": "s.x.svc:6001", "enableTLS": "true", "profile": "online-inference"}),
     ({"mode": "prometheus", "aggregation": "sum", "metric": "memory_used", "target_value": "40Gi"},
-     "AverageValue", {"query": 'sum(avg_over_time(DCGM_FI_DEV_FB_USED{namespace="ai",pod=~"llm-[a-z0-9]+-[a-z0-9]{5}"}[30s]) * 1048576)',
+     "AverageValue", {"query": 'sum(avg_over_time(DCGM_FI_DEV_FB_USED{job="gpuscale-agent",namespace="ai",pod=~"llm-[a-z0-9]+-[a-z0-9]{5}"}[30s]) * 1048576)',
                       "threshold": "42949672960"}),  # 40Gi, every digit
     ({"mode": "prometheus", "profile": "online-inference", "exported_labels": True, "target": "statefulset/llm"},
      # the profile's 10 s window, at the chart's 15 s scrape: a 30 s range, so it always holds a sample
-     "Value", {"query": 'quantile(0.9, avg_over_time(DCGM_FI_DEV_GPU_UTIL{exported_namespace="ai",exported_pod=~"llm-[0-9]+"}[30s]))'}),
+     "Value", {"query": 'quantile(0.9, avg_over_time(DCGM_FI_DEV_GPU_UTIL{job="gpuscale-agent",exported_namespace="ai",exported_pod=~"llm-[0-9]+"}[30s]))'}),
     ({"mode": "prometheus", "profile": "online-inference", "scrape_interval": 5.0},
-     "Value", {"query": 'quantile(0.9, avg_over_time(DCGM_FI_DEV_GPU_UTIL{namespace="ai",pod=~"llm-[a-z0-9]+-[a-z0-9]{5}"}[10s]))'}),
+     "Value", {"query": 'quantile(0.9, avg_over_time(DCGM_FI_DEV_GPU_UTIL{job="gpuscale-agent",namespace="ai",pod=~"llm-[a-z0-9]+-[a-z0-9]{5}"}[10s]))'}),
     ({"mode": "prometheus", "window": "30", "scrape_interval": 60.0, "target_value": "70.25"},
-     "Value", {"query": 'avg(avg_over_time(DCGM_FI_DEV_GPU_UTIL{namespace="ai",pod=~"llm-[a-z0-9]+-[a-z0-9]{5}"}[120s]))',
+     "Value", {"query": 'avg(avg_over_time(DCGM_FI_DEV_GPU_UTIL{job="gpuscale-agent",namespace="ai",pod=~"llm-[a-z0-9]+-[a-z0-9]{5}"}[120s]))',
                "threshold": "70.25"}),
+    ({"mode": "prometheus", "release": "gs", "window": "0"},  # the job of release gs's agents
+     "Value", {"query": 'avg(DCGM_FI_DEV_GPU_UTIL{job="gs-agent",namespace="ai",pod=~"llm-[a-z0-9]+-[a-z0-9]{5}"})'}),
+    ({"mode": "prometheus", "agent_job": "", "window": "0"},  # not pinned
+     "Value", {"query": 'avg(DCGM_FI_DEV_GPU_UTIL{namespace="ai",pod=~"llm-[a-z0-9]+-[a-z0-9]{5}"})'}),
     ({"mode": "prometheus", "vendor": "amd", "window": "0", "pod_regex": "llm-.*"},
-     "Value", {"query": 'avg(gpu_gfx_activity{namespace="ai",pod=~"llm-.*"})'}),
+     "Value", {"query": 'avg(gpu_gfx_activity{job="gpuscale-agent",namespace="ai",pod=~"llm-.*"})'}),
 ]
 
 
@@ -106,10 +111,10 @@ def test_tls_trigger_authentication() -> None:
 
 
 RULE = {
-    "seriesQuery": 'DCGM_FI_DEV_GPU_UTIL{namespace!="",pod!=""}',
+    "seriesQuery": 'DCGM_FI_DEV_GPU_UTIL{job="gpuscale-agent",namespace!="",pod!=""}',
     "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
     "name": {"matches": "^DCGM_FI_DEV_GPU_UTIL$", "as": "gpuscale_gpu_utilization_avg"},
-    "metricsQuery": "avg by (<<.GroupBy>>) (avg_over_time(<<.Series>>{<<.LabelMatchers>>}[30s]))",
+    "metricsQuery": 'avg by (<<.GroupBy>>) (avg_over_time(<<.Series>>{<<.LabelMatchers>>,job="gpuscale-agent"}[30s]))',
 }
 
 

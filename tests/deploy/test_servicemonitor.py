@@ -33,7 +33,7 @@ AGENT_POD = "gpuscale-agent-x7k2p"
 def _panel_exprs(title: str) -> list[str]:
     (panel,) = [p for p in json.loads(DASHBOARD.read_text())["panels"] if p["title"] == title]
     return [t["expr"].replace("$namespace", ".*").replace("$hostname_label", "Hostname").replace("$node", ".*")
-            for t in panel["targets"]]
+            .replace("$job", "gpuscale-agent") for t in panel["targets"]]
 
 
 def _configs(values: dict[str, Any], agent_port: int, scaler_ports: list[int]) -> list[dict[str, Any]]:

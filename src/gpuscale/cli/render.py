@@ -79,6 +79,13 @@ def _common(p: argparse.ArgumentParser) -> None:
         "--vendor", default="nvidia", choices=["nvidia", "amd"], help="series names (default nvidia)"
     )
     p.add_argument(
+        "--agent-job",
+        metavar="JOB",
+        help="Prometheus's job label of the agents' series, pinned in the queries so that dcgm-exporter's "
+        'series of the same names are not counted too (default RELEASE-agent, as the chart\'s ServiceMonitor '
+        'names it; "" to not pin)',
+    )
+    p.add_argument(
         "--scrape-interval",
         type=_seconds,
         default=15.0,
@@ -226,6 +233,7 @@ def run_scaledobject(args: argparse.Namespace) -> int:
         prometheus_url=args.prometheus_url,
         pod_regex=args.pod_regex,
         exported_labels=args.exported_labels,
+        agent_job=args.agent_job,
         vendor=args.vendor,
         scrape_interval=args.scrape_interval,
         profiles=profiles_from_option(args.profiles),
@@ -249,6 +257,7 @@ def run_hpa(args: argparse.Namespace) -> int:
         exported_labels=args.exported_labels,
         vendor=args.vendor,
         scrape_interval=args.scrape_interval,
+        agent_job="gpuscale-agent" if args.agent_job is None else args.agent_job,
         adapter_namespace=args.adapter_namespace,
         adapter_configmap=args.adapter_configmap,
         profiles=profiles_from_option(args.profiles),

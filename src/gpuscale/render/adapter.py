@@ -26,7 +26,16 @@ from ..scaler.errors import MetadataError
 from ..scaler.metadata import TriggerMetadata, parse_metadata
 from ..scaler.profiles import ProfileSet
 from ._yaml import Document, dump
-from .promql import DEFAULT_SCRAPE_INTERVAL, LabelNames, aggregate, exact, per_gpu, range_seconds, series_for
+from .promql import (
+    DEFAULT_SCRAPE_INTERVAL,
+    LabelNames,
+    aggregate,
+    exact,
+    job_matcher,
+    per_gpu,
+    range_seconds,
+    series_for,
+)
 from .target import check_name, check_namespace, parse_target
 
 __all__ = [
@@ -55,6 +64,8 @@ class HpaOptions:
     exported_labels: bool = False
     vendor: str = "nvidia"
     scrape_interval: float = DEFAULT_SCRAPE_INTERVAL  # Prometheus's, of the agents: ranges are >= 2 of it
+    # Prometheus's job of the agents' series ("": not pinned); the chart's ServiceMonitor names it so.
+    agent_job: str = "gpuscale-agent"
     adapter_namespace: str = "monitoring"
     # The adapter's whole config as a ConfigMap of this name, in the manifests (replaces every rule it had).
     adapter_configmap: str | None = None
@@ -98,15 +109,16 @@ def adapter_rule(
     exported: bool = False,
     vendor: str = "nvidia",
     scrape_interval: float = DEFAULT_SCRAPE_INTERVAL,
+    job: str | None = None,
 ) -> dict[str, Any]:
-    """One ``rules:`` entry of the adapter's config: per-pod ``aggregation`` over the pod's GPUs."""
+    """One ``rules:`` entry of the adapter's config: per-pod ``aggregation`` over the pod's GPUs; ``job``
+    pins the agents' series (dcgm-exporter's have the same names)."""
     labels = LabelNames(exported=exported)
     series = series_for(vendor, md.metric)
-    expr = per_gpu(
-        series, "<<.LabelMatchers>>", md.window, name="<<.Series>>", scrape_interval=scrape_interval
-    )
+    matchers = "<<.LabelMatchers>>" + (f",{job_matcher(job).rstrip(',')}" if job else "")
+    expr = per_gpu(series, matchers, md.window, name="<<.Series>>", scrape_interval=scrape_interval)
     return {
-        "seriesQuery": f'{series.name}{{{labels.namespace}!="",{labels.pod}!=""}}',
+        "seriesQuery": f'{series.name}{{{job_matcher(job)}{labels.namespace}!="",{labels.pod}!=""}}',
         # Only overrides, no template: with exported labels the exporter pod's own namespace/pod labels
         # must not map to resources.
         "resources": {
@@ -141,7 +153,9 @@ def hpa_documents(o: HpaOptions) -> list[Document]:
         )
     target = parse_target(o.target)
     md = _resolve(o)
-    rule = adapter_rule(md, exported=o.exported_labels, vendor=o.vendor, scrape_interval=o.scrape_interval)
+    rule = adapter_rule(
+        md, exported=o.exported_labels, vendor=o.vendor, scrape_interval=o.scrape_interval, job=o.agent_job
+    )
     hpa = {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
@@ -202,7 +216,9 @@ def adapter_values(o: HpaOptions, *, file_name: str = "VALUES.yaml") -> Document
     comment that says how to merge them (``file_name``: how the comment names this file)."""
     hpa_documents(o)  # the same checks
     md = _resolve(o)
-    rule = adapter_rule(md, exported=o.exported_labels, vendor=o.vendor, scrape_interval=o.scrape_interval)
+    rule = adapter_rule(
+        md, exported=o.exported_labels, vendor=o.vendor, scrape_interval=o.scrape_interval, job=o.agent_job
+    )
     comment = (
         "Values for the prometheus-community/prometheus-adapter chart: the rule that serves\n"
         f"{metric_name(md)} to the HPA of `gpuscale render hpa --target {o.target} "

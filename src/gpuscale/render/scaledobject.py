@@ -75,6 +75,9 @@ class ScaledObjectOptions:
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
     pod_regex: str | None = None
     exported_labels: bool = False
+    # Prometheus's job of the agents' series (None: <release>-agent, as the chart's ServiceMonitor names it;
+    # "": not pinned), so that dcgm-exporter's series of the same names are not counted too.
+    agent_job: str | None = None
     vendor: str = "nvidia"
     scrape_interval: float = DEFAULT_SCRAPE_INTERVAL  # Prometheus's, of the agents: ranges are >= 2 of it
     # Profiles beyond the built-in ones (the scaler's --profiles file), to check --profile against.
@@ -197,9 +200,10 @@ def _prometheus_trigger(
         raise UsageError(f'--vendor "{o.vendor}" must be one of [amd, nvidia]')
     regex = check_regex(o.pod_regex) if o.pod_regex else target.pod_regex
     labels = LabelNames(exported=o.exported_labels)
+    job = f"{o.release}-agent" if o.agent_job is None else o.agent_job
     expr = per_gpu(
         series_for(o.vendor, md.metric),
-        workload_matchers(o.namespace, regex, labels),
+        workload_matchers(o.namespace, regex, labels, job),
         md.window,
         scrape_interval=o.scrape_interval,
     )
@@ -235,6 +239,8 @@ def _prometheus_trigger(
     )
     if o.exported_labels:
         pods += " Labels are exported_* because Prometheus scrapes the agent with honorLabels false."
+    if job:
+        pods += f' job="{job}": the agents\' series, not dcgm-exporter\'s of the same names (--agent-job).'
     return trigger, why, pods
 
 
