@@ -237,3 +237,28 @@ def test_examples_are_what_their_command_renders(
     assert capsys.readouterr().out == (EXAMPLES / name).read_text()
     for side in _side_files(argv):
         assert (tmp_path / side).read_text() == (EXAMPLES / side).read_text(), side
+
+
+def test_fallback() -> None:
+    (so,) = docs(render_scaledobject(ScaledObjectOptions("deployment/llm", "ai", max_replicas=8, fallback_replicas=4,
+                                                         fallback_failure_threshold=5,
+                                                         fallback_behavior="currentReplicasIfHigher")))
+    validate_all([so])
+    assert so["spec"]["fallback"] == {"failureThreshold": 5, "replicas": 4, "behavior": "currentReplicasIfHigher"}
+    (plain,) = docs(render_scaledobject(ScaledObjectOptions("deployment/llm", "ai")))
+    assert "fallback" not in plain["spec"]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"fallback_replicas": 20}, '--fallback-replicas "20" must be between --min-replicas (1) and --max-replicas (10)'),
+        ({"fallback_replicas": 2, "fallback_failure_threshold": 0}, '--fallback-failure-threshold "0" must be at least 1'),
+        ({"fallback_replicas": 2, "fallback_behavior": "latest"},
+         '--fallback-behavior "latest" must be one of [static, currentReplicas, currentReplicasIfHigher, currentReplicasIfLower]'),
+    ],
+)
+def test_bad_fallback_options(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(UsageError) as e:
+        render_scaledobject(ScaledObjectOptions("deployment/llm", "ai", **options))
+    assert str(e.value) == message

@@ -123,6 +123,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--cooldown-period", type=_int, default=300, help="seconds before scaling to zero (default 300)"
     )
     so.add_argument(
+        "--fallback-replicas",
+        type=_int,
+        help="KEDA's fallback: the replicas to hold while the trigger fails (UNAVAILABLE: stale GPU data)",
+    )
+    so.add_argument(
+        "--fallback-failure-threshold",
+        type=_int,
+        default=3,
+        help="failed polls in a row before the fallback (default 3)",
+    )
+    so.add_argument(
+        "--fallback-behavior",
+        default="static",
+        help="static (default: --fallback-replicas), currentReplicas, currentReplicasIfHigher, "
+        "currentReplicasIfLower",
+    )
+    so.add_argument(
         "--scaler-address",
         help="external: HOST:PORT of the scaler (default RELEASE-scaler.RELEASE_NAMESPACE.svc:6001; "
         "scope node: the agents', RELEASE-agent…:6000)",
@@ -234,6 +251,9 @@ def run_scaledobject(args: argparse.Namespace) -> int:
         pod_regex=args.pod_regex,
         exported_labels=args.exported_labels,
         agent_job=args.agent_job,
+        fallback_replicas=args.fallback_replicas,
+        fallback_failure_threshold=args.fallback_failure_threshold,
+        fallback_behavior=args.fallback_behavior,
         vendor=args.vendor,
         scrape_interval=args.scrape_interval,
         profiles=profiles_from_option(args.profiles),
