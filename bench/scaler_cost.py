@@ -47,9 +47,9 @@ def build(layout: c.Layout, history: int) -> tuple[Any, list[Any], float]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from gpuscale._proto import agent_pb2
     from gpuscale._proto import externalscaler_pb2 as pb
-    from gpuscale.scaler.selector import parse_selector
     from gpuscale.scaler.service import ExternalScalerService
     from gpuscale.scaler.source import Query
+    from gpuscale.scaling.selector import parse_selector
 
     layout = c.Layout(nodes=args.nodes, workloads=args.workloads)
     state, updates, now = build(layout, args.history)

@@ -8,7 +8,7 @@ import helm_python as helm
 import pytest
 import yaml
 
-from gpuscale.scaler.profiles import parse_profiles
+from gpuscale.scaling.profiles import parse_profiles
 
 from .helpers import (
     CHART,

@@ -106,6 +106,10 @@ async def test_list_then_follow_adds_modifies_deletes(
         apiserver.modify_pod("ml", "b", lambda p: p["status"].update(phase="Succeeded"))
         await until(lambda: w.pod("ml", "b") is None)
         assert sorted(w.snapshot()) == [("ml", "a")] and w.pod_by_uid("uid-b") is None
+        # A pod being deleted (graceful termination) is draining: the HPA leaves it out, and so do we.
+        apiserver.modify_pod("ml", "a", lambda p: p["metadata"].update(deletionTimestamp="2026-12-01T00:00:00Z"))
+        await until(lambda: w.pod("ml", "a") is None)
+        assert w.snapshot() == {}
         assert w.lists == 1 and sleep.delays == []
     finally:
         task.cancel()

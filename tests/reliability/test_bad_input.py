@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from gpuscale._proto import externalscaler_pb2 as pb
 from gpuscale._proto import externalscaler_pb2_grpc as pb_grpc
-from gpuscale.scaler.metadata import KEYS
 from gpuscale.scaler.server import Scaler
+from gpuscale.scaling.metadata import KEYS
 
 from .conftest import Cluster, KedaClient, until
 

@@ -12,9 +12,9 @@ import pytest
 from gpuscale._proto import agent_pb2
 from gpuscale.errors import UsageError
 from gpuscale.scaler.discovery import DnsDiscovery, StaticDiscovery
-from gpuscale.scaler.selector import parse_selector
 from gpuscale.scaler.source import Query
 from gpuscale.scaler.state import ClusterState
+from gpuscale.scaling.selector import parse_selector
 
 SNAP, UPD = agent_pb2.NodeUpdate.SNAPSHOT, agent_pb2.NodeUpdate.UPDATE
 
@@ -197,6 +197,8 @@ async def test_dns_discovery() -> None:
         (["--agents", "a:1", "--agents-dns", "b:2"], "not both"),
         (["--agents", "a:1", "--tls-cert", "x.pem"], "needs both --tls-cert and --tls-key"),
         (["--agents-dns", "agents"], '--agents-dns "agents" must be HOST:PORT'),
+        (["--agents", "a:1", "--forget-after", "0"], '--forget-after "0" must be greater than 0'),
+        (["--agents", "a:1", "--ready-grace", "soon"], '--ready-grace "soon" must be a number of seconds'),
     ],
 )
 def test_scaler_flags(argv: list[str], message: str) -> None:
@@ -218,6 +220,9 @@ def test_scaler_flag_defaults() -> None:
     assert (s.grpc_address, s.metrics_address, s.agents_dns) == (
         "[::]:6001", "[::]:9401", "gpuscale-agent.sys.svc:6000"
     )
+    assert (s.subscriber.forget_after_s, s.ready_grace_s) == (600.0, 10.0)
+    s = cli.settings_from_args(parser.parse_args(["scaler", "--agents", "a:1", "--forget-after", "90", "--ready-grace", "3"]))
+    assert (s.subscriber.forget_after_s, s.ready_grace_s) == (90.0, 3.0)
 
 
 def test_only_pods_that_ask_for_a_gpu_count_as_gpu_pods_and_old_agents_say_nothing() -> None:
@@ -230,4 +235,4 @@ def test_only_pods_that_ask_for_a_gpu_count_as_gpu_pods_and_old_agents_say_nothi
     m.pods.add(namespace="default", name="llm-old", uid="u2", labels={"app": "llm"})  # an older agent's
     state.apply(m)
     selection = state.select(LLM)
-    assert (selection.pods, selection.gpu_pods, selection.series) == (3, 1, ())
+    assert (selection.pods, [p.name for p in selection.gpu_pods], selection.series) == (3, ["default/llm-0"], ())

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
-import pytest
 import yaml
 
 from .conftest import Cluster, KedaClient, until
@@ -39,8 +38,6 @@ async def test_with_no_agent_get_metrics_fails_and_get_metric_spec_does_not(
         assert code == grpc.StatusCode.UNAVAILABLE
 
 
-@pytest.mark.xfail(strict=True, reason="the scaler answers 0 once its only agent is gone (found in issue 17's "
-                   "work, reported to the lead): the HPA would scale the workload down and the fallback never starts")
 async def test_with_the_only_agent_gone_get_metrics_fails(
     cluster: Cluster, keda: Callable[[int], KedaClient]
 ) -> None:

@@ -9,8 +9,8 @@ from collections.abc import Callable
 import grpc
 import pytest
 
-from gpuscale.scaler.selector import parse_selector
 from gpuscale.scaler.source import Query
+from gpuscale.scaling.selector import parse_selector
 
 from .conftest import Cluster, KedaClient, until
 
@@ -42,6 +42,7 @@ async def test_pool_follows_node_labels(
         )
 
     await until(labelled, what="both labelled nodes' labels reached the scaler")
+    await until(lambda: scaler.view_problem() is None, what="every agent's view complete")
     assert await client.value(pool("nvidia.com/gpu.product=NVIDIA-H200")) == pytest.approx(50)
     assert await client.value(pool("nvidia.com/gpu.product=NVIDIA-H200,!spot")) == pytest.approx(80)
     assert await client.value(pool("pool in (serve)", aggregation="min")) == pytest.approx(20)

@@ -111,8 +111,8 @@ async def test_agent_serves_node_scope() -> None:
 
 
 def _query() -> object:
-    from gpuscale.scaler.selector import parse_selector
     from gpuscale.scaler.source import Query
+    from gpuscale.scaling.selector import parse_selector
 
     return Query("workload", "default", parse_selector("app=llm"))
 

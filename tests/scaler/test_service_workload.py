@@ -142,7 +142,9 @@ async def test_pods_on_gpu_nodes_without_an_attributed_gpu_are_unavailable_not_z
     # once the kubelet reports the pod's GPU, the value is back
     n = cluster.nodes["node-a"]
     n.kubelet.pods.append(pod_resources("default", "vlm-0", {"main": [("nvidia.com/gpu", [n.uuids[1]])]}))
-    await settled(client, vlm, 10)  # 1 pod with samples x 10 %
+    # vlm-0 at 10 % (of a target of 60) asks to scale down; vlm-1, whose device the kubelet still does not
+    # list, is a missing pod and counts as the target: (10 + 60) = 70, from which the HPA keeps 2 replicas
+    await settled(client, vlm, 70)
     # pods that finished (a Job's, say) are no pods: the workload has none and reports 0. A running pod
     # added after it on the same node marks when node-b's agent has seen both.
     cluster.apiserver.add_pod(
@@ -214,6 +216,7 @@ async def test_gpus_allocated_through_dra_count_for_their_workload(
     await settled(client, LLM, 2 * 45)  # 2 pods x avg(10, 80)
 
     # node-b's slice is gone (its DRA driver uninstalled): nothing says which GPU llm-1 holds any more, so
-    # only llm-0's counts.
+    # llm-1 is a missing pod. llm-0 (10 of a target of 60) asks to scale down, and llm-1 counts as the
+    # target: 10 + 60 = 70, from which the HPA keeps its 2 replicas.
     cluster.apiserver.delete_resource_slice("node-b-gpu.nvidia.com")
-    await settled(client, LLM, 10)  # llm-0 alone: 1 pod x 10
+    await settled(client, LLM, 70)

@@ -9,6 +9,7 @@ import pytest
 
 from gpuscale.cli import simulate
 from gpuscale.errors import UsageError
+from gpuscale.scaling.profiles import ProfileSet
 from gpuscale.sim import ScenarioError, parse_scenario
 
 GOOD_POLICY = """
@@ -62,8 +63,9 @@ def test_a_good_file_parses() -> None:
             "demand or AGG(gpu_utilization)",
         ),
         (
-            ("        triggers:", "        idleReplicaCount: 0\n        triggers:"),
-            'policies[1].scaledObject.spec.idleReplicaCount: value "0" must be an integer < minReplicaCount (0)',
+            ("        triggers:", "        idleReplicaCount: 1\n        triggers:"),
+            'policies[1].scaledObject.spec.idleReplicaCount: value "1" must be an integer < '
+            "max(1, minReplicaCount) (1)",
         ),
         (
             ("kind: ScaledObject", "kind: ScaledJob"),
@@ -165,10 +167,8 @@ def test_cli_missing_file_is_a_usage_error(tmp_path: Path) -> None:
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
 
 
-def _profiles() -> dict[str, dict[str, str]]:
-    from gpuscale.scaler.profiles import BUILTIN_PROFILES
-
-    return {p.name: p.as_metadata() for p in BUILTIN_PROFILES}
+def _profiles() -> ProfileSet:
+    return ProfileSet.builtin()
 
 
 def _gpuscale_policy(metadata: str) -> str:
@@ -191,7 +191,8 @@ def test_a_profile_sets_what_the_scaler_would_and_given_keys_win() -> None:
     )
     (trigger,) = scenario.policies[0].scaled_object.triggers  # type: ignore[union-attr]
     # llm-serving: gpu_utilization, avg, targetValue 85, activationValue 5 (7 given), window 30
-    assert (trigger.target, trigger.activation, trigger.window_seconds) == (85.0, 7.0, 30)
+    assert trigger.metadata is not None
+    assert (trigger.target, trigger.activation, trigger.metadata.window) == (85.0, 7.0, 30)
     assert trigger.signal == "avg(gpu_utilization)"
 
 
@@ -201,27 +202,28 @@ def test_a_profiles_thresholds_do_not_carry_to_another_metric() -> None:
     text = HEAD + _gpuscale_policy('{scalerAddress: a, profile: memory-bound, metric: gpu_utilization}')
     with pytest.raises(ScenarioError) as info:
         parse_scenario(text, profiles=_profiles())
-    assert info.value.problems == ("policies[0].scaledObject.spec.triggers[0].metadata.targetValue: is required",)
+    assert info.value.problems == (
+        'policies[0].scaledObject.spec.triggers[0].metadata: parameter "targetValue" is required (profile '
+        '"memory-bound" sets none for metric "gpu_utilization"); give a number greater than 0',
+    )
     scenario = parse_scenario(
         HEAD + _gpuscale_policy('{scalerAddress: a, profile: memory-bound, metric: gpu_utilization, targetValue: "70"}'),
         profiles=_profiles(),
     )
     (trigger,) = scenario.policies[0].scaled_object.triggers  # type: ignore[union-attr]
-    assert (trigger.target, trigger.activation, trigger.window_seconds) == (70.0, 0.0, 20)  # window: the profile's
+    assert trigger.metadata is not None
+    assert (trigger.target, trigger.activation, trigger.metadata.window) == (70.0, 0.0, 20)  # window: the profile's
 
 
-def test_a_fractional_window_takes_in_the_samples_the_scaler_would() -> None:
-    scenario = parse_scenario(HEAD + _gpuscale_policy('{scalerAddress: a, targetValue: "70", window: "2.5"}'))
+def test_the_trigger_is_the_scalers_parse_of_the_metadata() -> None:
+    """The simulator keeps what gpuscale.scaling.parse_metadata makes of the metadata: the same defaults
+    (window 10, staleAfter 30), YAML numbers read as the strings KEDA passes."""
+    from gpuscale.scaling import parse_metadata
+
+    scenario = parse_scenario(HEAD + _gpuscale_policy('{scalerAddress: a, targetValue: 70, window: "2.5"}'))
     (trigger,) = scenario.policies[0].scaled_object.triggers  # type: ignore[union-attr]
-    assert trigger.window_seconds == 3  # read between samples, 2.5 s reaches back over 3 of them
-
-
-def test_the_window_defaults_to_the_scalers() -> None:
-    from gpuscale.scaler.metadata import DEFAULTS
-
-    scenario = parse_scenario(HEAD + _gpuscale_policy('{scalerAddress: a, targetValue: "70"}'))
-    (trigger,) = scenario.policies[0].scaled_object.triggers  # type: ignore[union-attr]
-    assert trigger.window_seconds == DEFAULTS["window"] == 10
+    assert trigger.metadata == parse_metadata({"targetValue": "70", "window": "2.5"})
+    assert (trigger.metadata.window, trigger.metadata.stale_after) == (2.5, 30.0)
 
 
 @pytest.mark.parametrize(
@@ -229,18 +231,28 @@ def test_the_window_defaults_to_the_scalers() -> None:
     [
         (
             "{scalerAddress: a, profile: memory-bound}",
-            'policies[0].scaledObject.spec.triggers[0].metadata.profile: profile "memory-bound" scales on '
-            "memory_utilization; the simulator models gpu_utilization only",
+            'policies[0].scaledObject.spec.triggers[0].metadata: parameter "metric" value "memory_utilization" '
+            '(from profile "memory-bound"): the simulator models metric gpu_utilization only',
         ),
         (
             "{scalerAddress: a, profile: llm}",
-            'policies[0].scaledObject.spec.triggers[0].metadata.profile: value "llm" must be one of '
+            'policies[0].scaledObject.spec.triggers[0].metadata: parameter "profile" value "llm" must be one of '
             "[batch-inference, llm-serving, memory-bound, memory-capacity, online-inference, power-capped, "
-            "training-throughput] (or a --profiles file's)",
+            "training-throughput]\npolicies[0].scaledObject.spec.triggers[0].metadata: parameter "
+            '"targetValue" is required (no profile is given); give a number greater than 0',
         ),
         (
             '{scalerAddress: a, targetValue: "70", share: container}',
-            'policies[0].scaledObject.spec.triggers[0].metadata.share: value "container" must be one of [gpu]',
+            'policies[0].scaledObject.spec.triggers[0].metadata: parameter "share" value "container": the '
+            "simulator models share gpu only",
+        ),
+        (
+            '{scalerAddress: a, targetValue: "70", aggregation: mean, windw: "5"}',
+            'policies[0].scaledObject.spec.triggers[0].metadata: parameter "windw" is not known (did you mean '
+            '"window"?); known parameters are [activationValue, aggregation, maxMissingPercent, metric, namespace, nodeSelector, '
+            "podSelector, profile, scope, share, staleAfter, targetValue, window]\n"
+            'policies[0].scaledObject.spec.triggers[0].metadata: parameter "aggregation" value "mean" must be '
+            "one of [avg, max, min, p50, p90, p95, p99, sum]",
         ),
     ],
 )
@@ -248,7 +260,7 @@ def test_profile_problems(metadata: str, expected: str) -> None:
     text = HEAD + _gpuscale_policy(metadata)
     with pytest.raises(ScenarioError) as info:
         parse_scenario(text, profiles=_profiles())
-    assert info.value.problems == (expected,)
+    assert info.value.problems == tuple(expected.split("\n"))
 
 
 @pytest.mark.parametrize("example", ["external.yaml", "external-push.yaml", "external-tls.yaml"])

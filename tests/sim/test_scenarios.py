@@ -179,11 +179,12 @@ policies:
 
 
 def test_fallback_reaches_the_hpa_after_more_than_failure_threshold_failures() -> None:
-    """Fallback acts through the metrics server once NumberOfFailures > failureThreshold (the 4th failing HPA
-    sync here, t=45), never as a write by the operator; the HPA then moves at its own pace (legacy scale-up
-    limit max(2 x 2, 4) = 4, then 6)."""
+    """Fallback acts through the metrics server once NumberOfFailures > failureThreshold, never as a write by
+    the operator. Since KEDA 2.19 (kedacore/keda#7244) the polling loop counts failures too: HPA syncs at 0 and
+    15, the poll at 20, and the HPA sync at 30 is the 4th failure, the first in fallback. The HPA then moves at
+    its own pace (legacy scale-up limit max(2 x 2, 4) = 4, then 6)."""
     tl = run_scenario(parse_scenario(FALLBACK)).timelines[0]
-    assert _changes(tl.desired) == [(45, 4), (60, 6)]
+    assert _changes(tl.desired) == [(30, 4), (45, 6)]
 
 
 IDLE = """

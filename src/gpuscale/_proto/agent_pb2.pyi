@@ -97,6 +97,7 @@ class NodeUpdate(_message.Message):
     PODS_CHANGED_FIELD_NUMBER: _builtins.int
     NODE_LABELS_FIELD_NUMBER: _builtins.int
     NODE_LABELS_CHANGED_FIELD_NUMBER: _builtins.int
+    COMPLETE_FIELD_NUMBER: _builtins.int
     kind: Global___NodeUpdate.Kind.ValueType
     node_name: _builtins.str
     agent_id: _builtins.str
@@ -108,6 +109,13 @@ class NodeUpdate(_message.Message):
     interval_seconds: _builtins.float
     pods_changed: _builtins.bool
     node_labels_changed: _builtins.bool
+    complete: _builtins.bool
+    """Whether the agent's view of its node is complete: its pod list synced with the Kubernetes API and its
+    first read of the kubelet's device assignments done. False in the first messages of a just-started
+    agent (longer while the API server is slow or failing pod lists): the pods and attributions sent are
+    not yet the node's, and a client keeps what it knew of them until a message says true, with the pods.
+    Absent from older agents: complete.
+    """
     @_builtins.property
     def gpus(self) -> _containers.RepeatedCompositeFieldContainer[Global___GpuState]:
         """SNAPSHOT: every GPU. UPDATE: the GPUs with new samples or a changed state."""
@@ -137,12 +145,15 @@ class NodeUpdate(_message.Message):
         pods_changed: _builtins.bool = ...,
         node_labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         node_labels_changed: _builtins.bool = ...,
+        complete: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_complete", b"_complete", "complete", b"complete"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "gpus", b"gpus", "interval_seconds", b"interval_seconds", "kind", b"kind", "node_labels", b"node_labels", "node_labels_changed", b"node_labels_changed", "node_name", b"node_name", "pods", b"pods", "pods_changed", b"pods_changed", "sent_at", b"sent_at", "sequence", b"sequence"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_complete", b"_complete", "agent_id", b"agent_id", "complete", b"complete", "gpus", b"gpus", "interval_seconds", b"interval_seconds", "kind", b"kind", "node_labels", b"node_labels", "node_labels_changed", b"node_labels_changed", "node_name", b"node_name", "pods", b"pods", "pods_changed", b"pods_changed", "sent_at", b"sent_at", "sequence", b"sequence"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__complete: _TypeAlias = _typing.Literal["complete"]  # noqa: Y015
+    _WhichOneofArgType__complete: _TypeAlias = _typing.Literal["_complete", b"_complete"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__complete) -> _WhichOneofReturnType__complete | None: ...
 
 Global___NodeUpdate: _TypeAlias = NodeUpdate  # noqa: Y015
 

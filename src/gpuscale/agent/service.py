@@ -16,20 +16,18 @@ from typing import Protocol
 import grpc
 import grpc.aio
 from aiohttp import web
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
 from .._proto import agent_pb2, agent_pb2_grpc
 from ..backends.base import Backend
 from ..backends.errors import BackendError
+from ..grpcserve import serve_grpc
 from ..httpserve import add_self_metrics, make_app, serve_app
 from ..kube.errors import KubeError
 from ..kube.podresources import PodResourcesClient
 from ..lifecycle import cancel_tasks, within
 from ..model import Assignment, ContainerRef, PodInfo
-from ..netaddr import join_host_port, split_address
-from ..tls import SERVER_OPTIONS, add_server_port
+from ..netaddr import split_address
 from .attribution import attribute
 from .exporter import AgentMetrics, GpuCollector
 from .owners import OwnerResolver
@@ -81,6 +79,10 @@ class PodSource(Protocol):
 
     def container(self, container_id: str) -> ContainerRef | None: ...
 
+    @property
+    def synced(self) -> asyncio.Event:
+        """Set once the first complete pod list is in."""
+
     async def run(self) -> None: ...
 
 
@@ -107,6 +109,7 @@ class Agent:
         self.sampler = Sampler(backend, read_timeout=settings.read_timeout, clock=clock)
         self.pods = pods
         self._pods_seen = -1
+        self._attributed_once = True  # start() says otherwise while the kubelet is unread
         self.node = node
         self._node_seen = -1
         self.dra = dra
@@ -155,6 +158,10 @@ class Agent:
                 len(self.state.devices),
                 self.sampler.backend.name,
             )
+        # Until the pod list is synced and the kubelet read once, the Watch stream says its view is
+        # incomplete: a scaler then keeps what it knew of this node's pods (an agent restart changes nothing)
+        self._attributed_once = not os.path.exists(s.kubelet_socket)
+        self.state.set_complete(self._clock(), self._view_complete())
         await self._start_grpc()
         await self._start_http()
         self._tasks.append(asyncio.create_task(self._loop("sampling", self._sample_forever)))
@@ -179,34 +186,21 @@ class Agent:
         self.sampler.close()
 
     async def _start_grpc(self) -> None:
-        server = grpc.aio.server(options=SERVER_OPTIONS)
-        agent_pb2_grpc.add_AgentServicer_to_server(
-            WatchService(
-                self.state,
-                agent_id=self.agent_id,
-                interval=self.settings.interval,
-                history_seconds=self.settings.history_seconds,
-                metrics=self.metrics,
-                clock=self._clock,
-            ),
-            server,
+        watch = WatchService(
+            self.state,
+            agent_id=self.agent_id,
+            interval=self.settings.interval,
+            history_seconds=self.settings.history_seconds,
+            metrics=self.metrics,
+            clock=self._clock,
         )
-        health_servicer = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        for add in self.extra_services:
-            add(server)
-        names = [
-            agent_pb2.DESCRIPTOR.services_by_name["Agent"].full_name,
-            health.SERVICE_NAME,
-            reflection.SERVICE_NAME,
-        ]
-        reflection.enable_server_reflection(names, server)
-        address = join_host_port(*split_address(self.settings.grpc_address))
-        self.grpc_port = add_server_port(server, address, self.settings.tls)
-        await server.start()
-        await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-        await health_servicer.set(names[0], health_pb2.HealthCheckResponse.SERVING)
-        self._grpc = server
+        name = agent_pb2.DESCRIPTOR.services_by_name["Agent"].full_name
+        self._grpc, self.grpc_port = await serve_grpc(
+            self.settings.grpc_address,
+            [(name, lambda server: agent_pb2_grpc.add_AgentServicer_to_server(watch, server))],
+            tls=self.settings.tls,
+            extra=self.extra_services,
+        )
 
     async def _start_http(self) -> None:
         app = make_app(self.registry, healthy=self._health_problem, ready=self._ready_problem)
@@ -290,6 +284,8 @@ class Agent:
         if self.pods is not None and self.pods.version != self._pods_seen:
             self._pods_seen = self.pods.version
             self.state.set_pods(self._clock(), self.pods.snapshot())
+        if not self.state.complete:
+            self.state.set_complete(self._clock(), self._view_complete())
         if self.node is not None and self.node.version != self._node_seen:
             self._node_seen = self.node.version
             self.state.set_node_labels(self._clock(), self.node.labels)
@@ -356,6 +352,11 @@ class Agent:
                 )
             await asyncio.sleep(s.attribution_interval)
 
+    def _view_complete(self) -> bool:
+        """The pod list synced (or none is watched) and the kubelet read once (or there is none)."""
+        pods_synced = self.pods is None or self.pods.synced.is_set()
+        return pods_synced and self._attributed_once
+
     async def _refresh_attribution(self) -> None:
         if self._kubelet is None:
             self._kubelet = PodResourcesClient(
@@ -395,6 +396,7 @@ class Agent:
                 why,
             )
         self._undescribed_said = set(undescribed)
+        self._attributed_once = True
         if self.state.set_assignments(self._clock(), dict(result.by_device)):
             log.info(
                 "GPU attribution changed: %d of %d GPUs held by pods",

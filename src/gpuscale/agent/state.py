@@ -56,6 +56,9 @@ class NodeState:
         self.pods_version = 0
         self.node_labels: dict[str, str] = {}  # from the Node object; empty while unknown
         self.node_labels_version = 0
+        # False until the pod list is synced and the kubelet's assignments read once (``set_complete``):
+        # what the Watch stream sends before that is not the node's whole view, and it says so
+        self.complete = True
         self.snapshot = NodeSnapshot(node_name, (), {}, 0.0, 0)
         self._changed = asyncio.Condition()
 
@@ -102,6 +105,16 @@ class NodeState:
         self.pods_version += 1
         self._publish(now)
         return True
+
+    def set_complete(self, now: float, complete: bool) -> None:
+        """Whether the pods and attributions held are the node's whole view. Turning complete re-sends the
+        pods (``pods_version``), so a Watch client gets them with the message that says so."""
+        if complete == self.complete:
+            return
+        self.complete = complete
+        if complete:
+            self.pods_version += 1
+        self._publish(now)
 
     def set_node_labels(self, now: float, labels: Mapping[str, str]) -> bool:
         if dict(labels) == self.node_labels:

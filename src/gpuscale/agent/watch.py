@@ -112,6 +112,7 @@ class WatchService(agent_pb2_grpc.AgentServicer):
                     msg.pods_changed = not snapshot
                     msg.pods.extend(pods_to_pb(state.pods.values()))
                     pods_version = state.pods_version
+                msg.complete = state.complete
                 if snapshot or state.node_labels_version != labels_version:
                     msg.node_labels_changed = not snapshot
                     msg.node_labels.update(state.node_labels)

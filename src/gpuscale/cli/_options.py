@@ -20,7 +20,7 @@ from ..lifecycle import EVENT_LOOPS, event_loop_factory
 from ..tls import TlsFiles
 
 if TYPE_CHECKING:
-    from ..scaler.profiles import ProfileSet
+    from ..scaling.profiles import ProfileSet
 
 __all__ = [
     "add_backend_arguments",
@@ -91,8 +91,8 @@ def profiles_from_option(path: str | None) -> ProfileSet | None:
     a ``UsageError`` naming every problem. The scaler's modules are imported only here."""
     if path is None:
         return None
-    from ..scaler.errors import ProfileError
-    from ..scaler.profiles import load_profiles
+    from ..scaler.profiles_file import load_profiles
+    from ..scaling.errors import ProfileError
 
     try:
         return load_profiles(path)

@@ -11,7 +11,7 @@ from pathlib import Path
 from .. import plotting
 from ..demo import PATTERNS, DemoError, DemoSettings, run_demo
 from ..errors import UsageError
-from ..scaler.profiles import BUILTIN_PROFILES
+from ..scaling.profiles import BUILTIN_PROFILES
 
 __all__ = ["register"]
 

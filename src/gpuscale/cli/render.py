@@ -21,7 +21,7 @@ from ..render import (
     render_hpa,
     render_scaledobject,
 )
-from ..scaler.profiles import AGGREGATIONS, BUILTIN_PROFILES, METRICS, SCOPES, SHARES
+from ..scaling.profiles import AGGREGATIONS, BUILTIN_PROFILES, METRICS, SCOPES, SHARES
 from ._options import profiles_from_option
 
 __all__ = ["register"]

@@ -12,10 +12,11 @@ from pathlib import Path
 from .. import lifecycle
 from ..errors import UsageError
 from ..netaddr import parse_host_port
-from ..scaler.errors import ProfileError
-from ..scaler.profiles import ProfileSet, load_profiles
+from ..scaler.profiles_file import load_profiles
 from ..scaler.server import Scaler, ScalerSettings
 from ..scaler.subscriber import SubscriberSettings
+from ..scaling.errors import ProfileError
+from ..scaling.profiles import ProfileSet
 from ._options import (
     add_server_arguments,
     add_server_tls_arguments,
@@ -61,6 +62,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--history",
         default=env("HISTORY", "120"),
         help="seconds of samples kept per GPU; the longest staleAfter a trigger may use (default 120)",
+    )
+    a.add_argument(
+        "--forget-after",
+        default=env("FORGET_AFTER", "600"),
+        help="seconds after which a node whose agent is gone is forgotten; its GPU pods stay missing pods of "
+        "their workloads for as long again (default 600)",
+    )
+    a.add_argument(
+        "--ready-grace",
+        default=env("READY_GRACE", "10"),
+        help="seconds after start within which every discovered agent is waited for: until then, or until "
+        "all have sent their complete state, calls answer UNAVAILABLE and /readyz is not ready (default 10)",
     )
     a.add_argument(
         "--ingest-workers",
@@ -149,7 +162,11 @@ def settings_from_args(args: argparse.Namespace) -> ScalerSettings:
         in_cluster=bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and kubeconfig is None,
         tls=tls,
         history_s=positive_seconds(args.history, "--history"),
-        subscriber=SubscriberSettings(**agent_tls),  # type: ignore[arg-type]
+        ready_grace_s=positive_seconds(args.ready_grace, "--ready-grace"),
+        subscriber=SubscriberSettings(
+            forget_after_s=positive_seconds(args.forget_after, "--forget-after"),
+            **agent_tls,  # type: ignore[arg-type]
+        ),
     )
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .. import plotting
 from ..errors import UsageError
+from ..scaling.profiles import ProfileSet
 from ..sim import ScenarioError, parse_scenario, run_scenario, write_outputs
 from ._options import profiles_from_option
 
@@ -31,12 +32,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=run)
 
 
-def _profiles(args: argparse.Namespace) -> dict[str, dict[str, str]]:
-    """Every profile a trigger may name, as the metadata keys it sets (the simulator reads no scaler code)."""
-    from ..scaler.profiles import ProfileSet
-
-    profiles = profiles_from_option(args.profiles) or ProfileSet.builtin()
-    return {name: p.as_metadata() for name, p in profiles.items()}
+def _profiles(args: argparse.Namespace) -> ProfileSet:
+    """Every profile a trigger may name: the built-in ones, and a ``--profiles`` file's."""
+    return profiles_from_option(args.profiles) or ProfileSet.builtin()
 
 
 def run(args: argparse.Namespace) -> int:

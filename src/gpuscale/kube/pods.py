@@ -4,7 +4,8 @@ The agent needs a pod's UID and labels, and which container a container id (from
 One watch per node replaces per-scrape ``GET``s, which hit client-side throttling in dcgm-exporter (#551).
 ``changed`` is set (and ``version`` bumped) whenever the UIDs, labels or container ids change; status-only
 updates do not count. A pod that has finished (``Succeeded``, ``Failed``) is dropped: it holds no GPU, and a
-workload whose pods all finished has none on this node.
+workload whose pods all finished has none on this node. So is a pod being deleted (``deletionTimestamp``):
+it is draining, and the HPA leaves such pods out of its count (``groupPods``), as gpuscale does.
 """
 
 from __future__ import annotations
@@ -94,10 +95,13 @@ def wants_gpu(obj: Json, extra_resource_names: Collection[str] = ()) -> bool:
 
 
 def _entry_from(obj: Json, extra_resource_names: Collection[str] = ()) -> _Entry | None:
-    """What the agent keeps of a pod; ``None`` for a finished one (it is no workload's any more)."""
+    """What the agent keeps of a pod; ``None`` for a finished one or one being deleted (it is no workload's
+    any more)."""
     key = _key_of(obj)
     if key is None or (obj.get("status") or {}).get("phase") in _TERMINAL:
         return None
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return None  # being deleted: the HPA ignores it, and so does every workload's value
     namespace, name = key
     meta = obj.get("metadata") or {}
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
-from ..scaler.errors import MetadataError
-from ..scaler.metadata import TriggerMetadata, parse_metadata
-from ..scaler.profiles import ProfileSet
+from ..scaling.errors import MetadataError
+from ..scaling.metadata import TriggerMetadata, parse_metadata
+from ..scaling.profiles import ProfileSet
 from ._yaml import Document, dump
 from .promql import (
     DEFAULT_SCRAPE_INTERVAL,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from ..scaler.profiles import Aggregation, Metric, exact
+from ..scaling.profiles import Aggregation, Metric, exact
 
 __all__ = [
     "DEFAULT_SCRAPE_INTERVAL",

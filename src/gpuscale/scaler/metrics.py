@@ -51,6 +51,14 @@ class ScalerMetrics:
             "gpuscale_scaler_agent_updates", "Watch messages applied from agents", registry=registry
         )
         self._children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
+        self.missing_pods = Gauge(
+            "gpuscale_scaler_missing_pods",
+            "GPU pods of a workload without a fresh, attributed sample at its last call (its agent gone, no "
+            "device listed, share unknown), per ScaledObject",
+            ["namespace", "scaledobject"],
+            registry=registry,
+        )
+        self._missing_keys: dict[tuple[str, str], None] = {}
         self.agent_reconnects = Counter(
             "gpuscale_scaler_agent_reconnects",
             "Agent Watch streams that ended and were retried",
@@ -67,6 +75,18 @@ class ScalerMetrics:
             children = self._children[key] = (self.requests.labels(method, code), self.latency.labels(method))
         children[0].inc()
         children[1].observe(seconds)
+
+    def set_missing(self, namespace: str, name: str, missing: int, *, limit: int = 4096) -> None:
+        """``gpuscale_scaler_missing_pods`` of one ScaledObject; at most ``limit`` ScaledObjects are kept (the
+        least recently answered go first), so churn cannot grow the series without bound."""
+        key = (namespace, name)
+        self._missing_keys.pop(key, None)
+        self._missing_keys[key] = None
+        self.missing_pods.labels(namespace, name).set(missing)
+        while len(self._missing_keys) > limit:
+            old = next(iter(self._missing_keys))
+            del self._missing_keys[old]
+            self.missing_pods.remove(*old)
 
     def agent_update(self) -> None:
         self.agent_updates.inc()

@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from .._proto import agent_pb2
 from ..convert import device_from_pb, pod_from_pb, sample_row_from_pb
 from ..model import DeviceInfo, PodInfo
-from .aggregate import GpuSeries
-from .profiles import Scope
-from .ring import SampleRing
+from ..scaling.aggregate import GpuSeries
+from ..scaling.answer import GpuPod
+from ..scaling.profiles import Scope
+from ..scaling.ring import SampleRing
 from .source import Query, Selection
 
 __all__ = ["ClusterState", "NodeStatus"]
@@ -38,7 +39,7 @@ _MAX_CACHED = 8192
 
 
 class _Gpu:
-    __slots__ = ("device", "error", "node", "owners", "pods", "samples")
+    __slots__ = ("carried", "device", "error", "node", "owners", "pods", "samples")
 
     def __init__(self, node: str, device: DeviceInfo, maxlen: int) -> None:
         self.node = node
@@ -47,6 +48,7 @@ class _Gpu:
         self.error = ""
         self.pods: tuple[PodKey, ...] = ()
         self.owners: dict[int, PodKey] = {}  # pid → pod, from the newest sample
+        self.carried = False  # its holders are a restarted agent's predecessor's, not confirmed yet
 
     def pids_of(self, pod: PodKey) -> frozenset[int] | None:
         if self.owners:
@@ -64,6 +66,10 @@ class _Node:
     connected: bool = True
     last_message: float = 0.0  # monotonic
     disconnected_at: float = 0.0  # monotonic
+    # a restarted agent whose view is not complete yet: the pods and attributions of its predecessor are kept
+    carried: bool = False
+    # an agent whose view is not complete yet, with no predecessor to carry from: its pods are not known
+    incomplete: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +112,10 @@ class ClusterState:
         self._gpus_by_pod: dict[PodKey, dict[str, _Gpu]] = {}
         self._pods_by_ns: dict[str, dict[str, PodInfo]] = {}
         self._pod_nodes: dict[PodKey, set[str]] = {}
+        # GPU pods of forgotten nodes, by namespace: name -> (node, pod, monotonic time forgotten). They stay
+        # missing pods of their workloads (never a silent 0) until an agent reports them again or another
+        # forget_after passes.
+        self._forgotten: dict[str, dict[str, tuple[str, PodInfo, float]]] = {}
         self._ns_version: collections.Counter[str] = collections.Counter()
         self._version = 0  # bumped when a node is replaced, added or forgotten
         self._cache: dict[Query, tuple[int, int, Selection]] = {}
@@ -151,16 +161,25 @@ class ClusterState:
         ns = query.namespace or ""
         selector = query.pod_selector
         series: list[GpuSeries] = []
-        pods = gpu_pods = 0
+        gpu_pods: list[GpuPod] = []
+        pods = 0
         for name, info in self._pods_by_ns.get(ns, {}).items():
             if selector is not None and not selector.matches(info.labels):
                 continue
             pods += 1
-            gpu_pods += info.wants_gpu is True
             key = (ns, name)
+            if info.wants_gpu is True:
+                nodes = sorted(self._pod_nodes.get(key, ()))
+                node = self._nodes.get(nodes[0]) if nodes else None
+                connected = any(n in self._nodes and self._nodes[n].connected for n in nodes)
+                gpu_pods.append(GpuPod(f"{ns}/{name}", node.name if node else "?", connected))
             for uuid, gpu in self._gpus_by_pod.get(key, {}).items():
                 series.append(GpuSeries(uuid, gpu.samples, pod=f"{ns}/{name}", pids=gpu.pids_of(key)))
-        return Selection(tuple(series), pods, frozenset(s.uuid for s in series), gpu_pods)
+        for name, (node_name, info, _) in self._forgotten.get(ns, {}).items():
+            if selector is None or selector.matches(info.labels):
+                pods += 1
+                gpu_pods.append(GpuPod(f"{ns}/{name}", node_name, connected=False, forgotten=True))
+        return Selection(tuple(series), pods, frozenset(s.uuid for s in series), tuple(gpu_pods))
 
     def _select_pool(self, query: Query) -> Selection:
         selector = query.node_selector
@@ -214,6 +233,10 @@ class ClusterState:
     def node_count(self) -> int:
         return len(self._nodes)
 
+    def follows(self, node: str) -> bool:
+        n = self._nodes.get(node)
+        return n is not None and n.connected and not n.incomplete
+
     def nodes(self) -> list[NodeStatus]:
         now = self._monotonic()
         return [
@@ -252,6 +275,7 @@ class ClusterState:
         if node is not None and node.agent_id == agent_id and node.connected:
             node.connected = False
             node.disconnected_at = self._monotonic()
+            self._version += 1  # its pods are now missing pods of their workloads
             self._wake(set(node.gpus), set(), False)
 
     def sweep(self, forget_after: float) -> list[str]:
@@ -261,25 +285,56 @@ class ClusterState:
             n.name for n in self._nodes.values() if not n.connected and now - n.disconnected_at > forget_after
         ]
         for name in gone:
-            self._unindex_node(self._nodes.pop(name))
+            node = self._nodes.pop(name)
+            self._unindex_node(node)
             self._node_labels.pop(name, None)
-        if gone:
+            for (ns, pod), info in node.pods.items():
+                if info.wants_gpu is True and (ns, pod) not in self._pod_nodes:
+                    self._forgotten.setdefault(ns, {})[pod] = (name, info, now)
+        expired = False
+        for ns in list(self._forgotten):
+            kept = {k: v for k, v in self._forgotten[ns].items() if now - v[2] <= forget_after}
+            expired = expired or len(kept) != len(self._forgotten[ns])
+            if kept:
+                self._forgotten[ns] = kept
+            else:
+                del self._forgotten[ns]
+        if gone or expired:
             self._bump_all()
         return gone
+
+    @property
+    def incomplete_nodes(self) -> list[str]:
+        """Nodes whose agent has not yet read its pods and the kubelet, with nothing known from before."""
+        return sorted(n.name for n in self._nodes.values() if n.incomplete)
+
+    @property
+    def forgotten_pods(self) -> int:
+        """GPU pods of forgotten nodes still counted as missing."""
+        return sum(len(v) for v in self._forgotten.values())
 
     def _snapshot(self, msg: agent_pb2.NodeUpdate, old: _Node | None) -> None:
         if old is not None:
             self._unindex_node(old)
         interval = msg.interval_seconds if msg.interval_seconds > 0 else 1.0
         node = _Node(msg.node_name, msg.agent_id, interval, last_message=self._monotonic())
+        # An agent that has not read its pods and the kubelet yet (just restarted) says so: keep what its
+        # predecessor said of them until it has, so a restart changes no answer.
+        carry = old is not None and msg.HasField("complete") and not msg.complete
+        node.carried = carry
+        node.incomplete = not carry and msg.HasField("complete") and not msg.complete
         maxlen = max(2, int(self.history_s / interval) + 2)
         for g in msg.gpus:
             gpu = _Gpu(node.name, device_from_pb(g.device), maxlen)
             node.gpus[gpu.device.uuid] = gpu
             self._gpu_state(gpu, g)
+            if carry and not gpu.pods:
+                before = old.gpus.get(gpu.device.uuid) if old is not None else None
+                if before is not None and before.pods:
+                    gpu.pods, gpu.owners, gpu.carried = before.pods, dict(before.owners), True
             self._index_gpu(gpu)
-        for p in msg.pods:
-            info = pod_from_pb(p)
+        pods = old.pods.values() if carry and old is not None else (pod_from_pb(p) for p in msg.pods)
+        for info in pods:
             node.pods[(info.namespace, info.name)] = info
             self._index_pod(node.name, info)
         if msg.node_labels:  # none: the agent has not read its Node yet (just started): keep what was known
@@ -292,6 +347,16 @@ class ClusterState:
         uuids: set[str] = set()
         maxlen = max(2, int(self.history_s / node.interval) + 2)
         added = False
+        if node.incomplete and msg.HasField("complete") and msg.complete:
+            node.incomplete = False
+        if node.carried and msg.HasField("complete") and msg.complete:
+            node.carried = False  # the new agent's view is whole: from here on its word is the node's
+            for held in node.gpus.values():
+                if held.carried:  # the new agent never named a holder: it has none
+                    self._unindex_gpu(held)
+                    held.pods, held.owners, held.carried = (), {}, False
+            self._version += 1
+            added = True
         for g in msg.gpus:
             uuid = g.device.uuid
             uuids.add(uuid)
@@ -302,12 +367,16 @@ class ClusterState:
                 added = True
             pods, owners = gpu.pods, gpu.owners
             self._gpu_state(gpu, g)
+            if node.carried and not gpu.pods:  # not attributed yet by the new agent: keep the carried one
+                gpu.pods, gpu.owners = pods, owners
+            elif gpu.pods:
+                gpu.carried = False
             if gpu.pods != pods or gpu.owners != owners:  # who holds the GPU changed: re-index it
                 self._unindex_gpu(gpu, pods)
                 self._index_gpu(gpu)
                 namespaces.update(ns for ns, _ in (*pods, *gpu.pods))
                 namespaces.update(ns for ns, _ in (*owners.values(), *gpu.owners.values()))
-        if msg.pods_changed:
+        if msg.pods_changed and not node.carried:
             new = {(p.namespace, p.name): pod_from_pb(p) for p in msg.pods}
             for key, info in node.pods.items():
                 if new.get(key) != info:
@@ -354,6 +423,9 @@ class ClusterState:
 
     def _index_pod(self, node: str, info: PodInfo) -> None:
         key = (info.namespace, info.name)
+        lost = self._forgotten.get(info.namespace)
+        if lost is not None and lost.pop(info.name, None) is not None and not lost:
+            del self._forgotten[info.namespace]
         self._pods_by_ns.setdefault(info.namespace, {})[info.name] = info
         self._pod_nodes.setdefault(key, set()).add(node)
 

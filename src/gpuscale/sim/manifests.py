@@ -8,12 +8,14 @@ Defaults follow the APIs: KEDA's (``pollingInterval`` 30, ``cooldownPeriod`` 300
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from typing import Literal, cast
 
+from ..scaling.errors import MetadataError
+from ..scaling.metadata import TriggerMetadata, parse_metadata
+from ..scaling.profiles import ProfileSet, exact
 from ._check import Checker
 from .engine import MetricSource, Policy
+from .faults import FAULT_TYPES, Fault
 from .hpa import (
     Behavior,
     HpaSpec,
@@ -24,40 +26,12 @@ from .hpa import (
     default_behavior_rules,
 )
 from .keda import Fallback, FallbackBehavior, ScaledObjectSpec, TriggerSpec, hpa_for
-from .pipeline import SIGNAL_AGGREGATIONS, SIGNAL_SYNTAX, GpuscalePipeline, PrometheusPipeline, parse_signal
+from .pipeline import SIGNAL_SYNTAX, GpuscalePipeline, PrometheusPipeline, parse_signal
 from .quantity import parse_quantity_milli
 
 __all__ = ["parse_behavior", "parse_policy"]
 
 _TRIGGER_TYPES = ("prometheus", "external", "external-push")
-_GPUSCALE_KEYS = (
-    "scalerAddress",
-    "profile",
-    "metric",
-    "aggregation",
-    "targetValue",
-    "activationValue",
-    "scope",
-    "window",
-    "share",
-    # read by the scaler, not by the simulator: which pods or nodes, when a sample is too old (its GPUs are
-    # the simulated workload's, its samples always fresh)
-    "podSelector",
-    "namespace",
-    "nodeSelector",
-    "staleAfter",
-    # KEDA's own: how it reaches the scaler
-    "enableTLS",
-    "unsafeSsl",
-    "caCert",
-    "tlsClientCert",
-    "tlsClientKey",
-    "tlsCertFile",
-)
-# The scaler's default ``window`` (``gpuscale.scaler.metadata.DEFAULTS``; a test keeps the two equal).
-DEFAULT_WINDOW_S = 10
-# A profile as trigger metadata: profile name → the keys it sets (``Profile`` fields in metadata terms).
-ProfileDefaults = Mapping[str, Mapping[str, str]]
 _PROM_KEYS = (
     "serverAddress",
     "query",
@@ -152,31 +126,38 @@ def _prom_signal(
     return MetricSource(signal, "prometheus")
 
 
-def _with_profile(
-    c: Checker, meta: dict[str, object], mpath: str, profiles: ProfileDefaults
-) -> dict[str, object]:
-    """``meta`` with its profile's keys under it, as the scaler reads them (keys given win)."""
-    name = meta.get("profile")
-    if name is None:
-        return meta
-    defaults = profiles.get(name) if isinstance(name, str) else None
-    if defaults is None:
-        c.bad(f"{mpath}.profile", name, f"one of [{', '.join(sorted(profiles))}] (or a --profiles file's)")
-        return {"targetValue": "1", **meta}  # said once: what the profile would give is not missing too
-    if "metric" in meta and defaults.get("metric") not in (None, meta["metric"]):
-        # as the scaler: a profile's thresholds are in its metric's unit, not carried to another metric
-        defaults = {k: v for k, v in defaults.items() if k not in ("targetValue", "activationValue")}
-    merged = {**defaults, **meta}
-    if "metric" not in meta and merged.get("metric") not in (None, "gpu_utilization"):
-        c.fail(
-            f"{mpath}.profile",
-            f'profile "{name}" scales on {merged.pop("metric")}; the simulator models gpu_utilization only',
-        )
-    return merged
+def _gpuscale_metadata(
+    c: Checker, meta: dict[str, object], mpath: str, profiles: ProfileSet
+) -> TriggerMetadata | None:
+    """A gpuscale trigger's metadata, read by the scaler's own parser (``gpuscale.scaling``): its keys,
+    defaults, profiles and messages. KEDA passes metadata as strings; YAML numbers and booleans are taken as
+    the text KEDA would pass."""
+    text: dict[str, str] = {}
+    for key, value in meta.items():
+        if isinstance(value, bool):
+            text[key] = "true" if value else "false"
+        elif isinstance(value, str | int | float):
+            text[key] = exact(float(value)) if isinstance(value, float) else str(value)
+        else:
+            c.bad(f"{mpath}.{key}", value, "a string (KEDA passes trigger metadata as strings)")
+    try:
+        md = parse_metadata(text, profiles)
+    except MetadataError as e:
+        for problem in e.problems:
+            c.fail(mpath, problem)
+        return None
+    for key, value, allowed in (("metric", md.metric, "gpu_utilization"), ("share", md.share, "gpu")):
+        if value != allowed:
+            origin = f' (from profile "{md.profile}")' if key not in text and md.profile else ""
+            c.fail(
+                mpath,
+                f'parameter "{key}" value "{value}"{origin}: the simulator models {key} {allowed} only',
+            )
+    return md
 
 
 def _trigger(
-    c: Checker, raw: object, path: str, prom: dict[str, object], profiles: ProfileDefaults
+    c: Checker, raw: object, path: str, prom: dict[str, object], profiles: ProfileSet
 ) -> tuple[TriggerSpec, MetricSource] | None:
     if not isinstance(raw, dict):
         c.bad(path, raw, "a mapping")
@@ -206,40 +187,26 @@ def _trigger(
             name, "prometheus", mt, target, activation, str(src.signal), ignore_null_values=ignore
         )
         return trig, MetricSource(src.signal, "prometheus", trig)
-    c.known(meta, mpath, _GPUSCALE_KEYS)
-    meta = _with_profile(c, meta, mpath, profiles)
-    c.string(meta, "scalerAddress", mpath, default=None)
-    c.string(meta, "metric", mpath, default="gpu_utilization", choices=("gpu_utilization",))
-    c.string(meta, "share", mpath, default="gpu", choices=("gpu",))
-    agg = c.string(
-        meta,
-        "aggregation",
-        mpath,
-        default="avg",
-        choices=tuple(a for a in SIGNAL_AGGREGATIONS if a != "count"),
-    )
-    target = c.number(meta, "targetValue", mpath, default=None, minimum=0, exclusive=True, text=True)
-    activation = c.number(meta, "activationValue", mpath, default=0.0, minimum=0, text=True)
-    scope = c.string(meta, "scope", mpath, default="workload", choices=("workload", "node", "pool"))
-    # the scaler counts samples up to `window` seconds old, read between samples: 2.5 s takes in 3 of them
-    window = math.ceil(c.number(meta, "window", mpath, default=DEFAULT_WINDOW_S, minimum=0, text=True))
-    signal = parse_signal(f"{agg}(gpu_utilization)")
+    md = _gpuscale_metadata(c, meta, mpath, profiles)
+    if md is None:
+        return None
+    signal = parse_signal(f"{md.aggregation}(gpu_utilization)")
     assert signal is not None
     trig = TriggerSpec(
         name,
         cast(Literal["external", "external-push"], kind),
         mt,
-        target,
-        activation,
+        md.target_value,
+        md.activation_value,
         str(signal),
-        cast(Literal["workload", "node", "pool"], scope),
-        window,
+        md.scope,
+        metadata=md,
     )
     return trig, MetricSource(signal, "gpuscale", trig)
 
 
 def _scaled_object(
-    c: Checker, doc: dict[str, object], path: str, prom: dict[str, object], profiles: ProfileDefaults
+    c: Checker, doc: dict[str, object], path: str, prom: dict[str, object], profiles: ProfileSet
 ) -> Policy | None:
     spec = _header(c, doc, path, "keda.sh/v1alpha1", "ScaledObject")
     if spec is None:
@@ -268,8 +235,13 @@ def _scaled_object(
     idle: int | None = None
     if spec.get("idleReplicaCount") is not None:
         idle = c.integer(spec, "idleReplicaCount", sp, default=0, minimum=0)
-        if idle >= minimum:
-            c.bad(f"{sp}.idleReplicaCount", idle, f"an integer < minReplicaCount ({minimum})")
+        # KEDA compares it with the HPA's minimum, max(1, minReplicaCount): 0 with a minimum of 0 is valid
+        if idle >= max(1, minimum):
+            c.bad(
+                f"{sp}.idleReplicaCount",
+                idle,
+                f"an integer < max(1, minReplicaCount) ({max(1, minimum)})",
+            )
     fallback: Fallback | None = None
     fb = c.mapping(spec, "fallback", sp, required=False)
     if fb is not None:
@@ -403,11 +375,42 @@ def _pipelines(
     return gpuscale, prometheus, p
 
 
-def parse_policy(
-    c: Checker, raw: object, path: str, profiles: ProfileDefaults | None = None
-) -> Policy | None:
-    """One entry of a scenario's ``policies``. ``profiles``: what each profile name a gpuscale trigger may
-    give sets (the CLI passes the scaler's built-in profiles, and a ``--profiles`` file's)."""
+def _faults(c: Checker, raw: dict[str, object], path: str, has_gpuscale: bool) -> tuple[Fault, ...]:
+    """A policy's ``faults``: each ``{type, fromSeconds, untilSeconds?, pods?}`` (``faults.py``)."""
+    out: list[Fault] = []
+    for i, item in enumerate(c.sequence(raw, "faults", path, required=False)):
+        here = f"{path}.faults[{i}]"
+        if not isinstance(item, dict):
+            c.bad(here, item, "a mapping with type, fromSeconds and optionally untilSeconds (and pods)")
+            continue
+        kind = c.string(item, "type", here, default=None, choices=FAULT_TYPES)
+        if item.get("type") not in FAULT_TYPES:
+            continue
+        c.known(
+            item,
+            here,
+            ("type", "fromSeconds", "untilSeconds", *(("pods",) if kind == "samples-missing" else ())),
+        )
+        start = c.integer(item, "fromSeconds", here, default=None, minimum=0)
+        until: int | None = None
+        if item.get("untilSeconds") is not None:
+            until = c.integer(item, "untilSeconds", here, default=start + 1, minimum=start + 1)
+        pods = 0
+        if kind == "samples-missing":
+            pods = c.integer(item, "pods", here, default=None, minimum=1)
+            if not has_gpuscale:
+                c.fail(
+                    f"{here}.type",
+                    "samples-missing applies to gpuscale triggers (external, external-push), and this policy "
+                    "has none; for a prometheus trigger use trigger-error",
+                )
+        out.append(Fault(cast(Literal["samples-missing", "trigger-error"], kind), start, until, pods))
+    return tuple(out)
+
+
+def parse_policy(c: Checker, raw: object, path: str, profiles: ProfileSet | None = None) -> Policy | None:
+    """One entry of a scenario's ``policies``. ``profiles``: the profiles a gpuscale trigger may name (the
+    built-in ones by default; the CLI adds a ``--profiles`` file's)."""
     if not isinstance(raw, dict):
         c.bad(path, raw, "a mapping with name and scaledObject or hpa")
         return None
@@ -424,6 +427,7 @@ def parse_policy(
             "kedaPollOffsetSeconds",
             "initialReplicas",
             "newScaledObject",
+            "faults",
         ),
     )
     name = c.string(raw, "name", path, default=None)
@@ -435,7 +439,8 @@ def parse_policy(
     if has_so:
         doc = c.mapping(raw, "scaledObject", path, required=True)
         here = f"{path}.scaledObject"
-        policy = None if doc is None else _scaled_object(c, doc, here, prom_raw, profiles or {})
+        profile_set = ProfileSet.builtin() if profiles is None else profiles
+        policy = None if doc is None else _scaled_object(c, doc, here, prom_raw, profile_set)
     else:
         doc = c.mapping(raw, "hpa", path, required=True)
         policy = _hpa(c, doc, f"{path}.hpa", prom_raw) if doc is not None else None
@@ -453,4 +458,5 @@ def parse_policy(
         keda_offset_seconds=c.integer(raw, "kedaPollOffsetSeconds", path, default=0, minimum=0),
         initial_replicas=None if initial < 0 else initial,
         new_scaled_object=c.boolean(raw, "newScaledObject", path, default=False),
+        faults=_faults(c, raw, path, any(s.via == "gpuscale" for s in policy.sources)),
     )

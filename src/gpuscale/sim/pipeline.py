@@ -3,8 +3,8 @@
 Pure. A pipeline maps a query time to the *sample instants* behind the answer:
 
 - ``GpuscalePipeline``: the agent samples every ``sampling_interval`` seconds and streams each sample to the
-  scaler at once; a query (KEDA poll, HPA sync) gets the latest sample, ``delay_seconds`` late. A trigger
-  ``window`` averages each GPU over the samples of the last ``window`` seconds.
+  scaler, where it arrives ``delay_seconds`` late; what the scaler makes of the samples it holds (window,
+  staleness, aggregation) is ``gpuscale.scaling``'s, run by ``engine``.
 - ``PrometheusPipeline``: the exporter collects every ``exporter_interval`` seconds, Prometheus scrapes
   every ``scrape_interval`` seconds (each at its offset) and keeps what the exporter last collected; the
   query sees the last scrape ``delay_seconds`` late (rule evaluation, network), or with ``range_seconds``
@@ -19,8 +19,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
+from ..scaling.aggregate import aggregate
+from ..scaling.profiles import Aggregation
 from .workload import Observation
 
 __all__ = [
@@ -29,10 +31,10 @@ __all__ = [
     "GpuscalePipeline",
     "PrometheusPipeline",
     "Signal",
-    "aggregate",
     "evaluate_scalar",
     "parse_signal",
     "per_pod_values",
+    "query_aggregate",
 ]
 
 SIGNAL_AGGREGATIONS = ("avg", "count", "max", "min", "p50", "p90", "p95", "p99", "sum")
@@ -69,15 +71,6 @@ def parse_signal(text: str) -> Signal | None:
 class GpuscalePipeline:
     sampling_interval: int = 1
     delay_seconds: int = 0
-
-    def sample_times(self, t: int, window_seconds: int = 0) -> tuple[int, ...]:
-        last = (t - self.delay_seconds) // self.sampling_interval * self.sampling_interval
-        if last < 0:
-            return ()
-        if window_seconds <= self.sampling_interval:
-            return (last,)
-        first = max(0, last - window_seconds + self.sampling_interval)
-        return tuple(range(last, first - 1, -self.sampling_interval))[::-1]
 
 
 @dataclass(frozen=True)
@@ -128,26 +121,14 @@ def per_pod_values(observations: Sequence[Observation]) -> dict[str, float]:
     return {name: sums[name] / counts[name] for name in sums}
 
 
-def aggregate(values: Sequence[float], aggregation: str) -> float | None:
-    """None when there is nothing to aggregate (an empty query result, no GPU samples)."""
+def query_aggregate(values: Sequence[float], aggregation: str) -> float | None:
+    """What a PromQL aggregation over the per-pod series gives; None when there is nothing to aggregate (an
+    empty query result). ``count`` is PromQL's; the others are the scaler's own (``gpuscale.scaling``)."""
     if not values:
         return None
     if aggregation == "count":
         return float(len(values))
-    if aggregation == "sum":
-        return float(sum(values))
-    if aggregation == "avg":
-        return sum(values) / len(values)
-    if aggregation == "max":
-        return max(values)
-    if aggregation == "min":
-        return min(values)
-    q = int(aggregation[1:]) / 100  # linear interpolation between closest ranks
-    ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+    return aggregate(values, cast(Aggregation, aggregation))
 
 
 def evaluate_scalar(signal: Signal, observations: Sequence[Observation]) -> float | None:
@@ -156,4 +137,4 @@ def evaluate_scalar(signal: Signal, observations: Sequence[Observation]) -> floa
         return None
     if signal.kind == "demand":
         return sum(o.demand for o in observations) / len(observations)
-    return aggregate(list(per_pod_values(observations).values()), signal.aggregation or "avg")
+    return query_aggregate(list(per_pod_values(observations).values()), signal.aggregation or "avg")

@@ -15,11 +15,12 @@ from typing import Literal, cast
 
 import yaml
 
+from ..scaling.profiles import ProfileSet
 from ._check import Checker
 from .engine import Policy
 from .errors import ScenarioError
 from .hpa import ControllerConfig
-from .manifests import ProfileDefaults, parse_policy
+from .manifests import parse_policy
 from .workload import (
     ConstantDemand,
     DemandShape,
@@ -80,6 +81,7 @@ def _workload(c: Checker, doc: dict[str, object]) -> Workload:
             "provisioningSeconds",
             "loadSeconds",
             "initialReplicas",
+            "terminationSeconds",
         ),
     )
     unit = c.string(raw, "demandUnit", p, default="requests/s", choices=("requests/s", "gpu-seconds/s"))
@@ -95,6 +97,7 @@ def _workload(c: Checker, doc: dict[str, object]) -> Workload:
         provisioning_seconds=c.integer(raw, "provisioningSeconds", p, default=0, minimum=0),
         load_seconds=c.integer(raw, "loadSeconds", p, default=60, minimum=0),
         initial_replicas=c.integer(raw, "initialReplicas", p, default=1, minimum=0),
+        termination_seconds=c.integer(raw, "terminationSeconds", p, default=0, minimum=0, maximum=86400),
     )
 
 
@@ -208,10 +211,10 @@ def parse_scenario(
     *,
     source: str = "scenario",
     read_text: Callable[[str], str] | None = None,
-    profiles: ProfileDefaults | None = None,
+    profiles: ProfileSet | None = None,
 ) -> Scenario:
     """Parse a scenario; ``read_text(path)`` reads files it names (demand CSVs), relative to the scenario;
-    ``profiles`` are what a gpuscale trigger's ``profile`` may name (``manifests.ProfileDefaults``)."""
+    ``profiles`` are what a gpuscale trigger's ``profile`` may name (default: the built-in ones)."""
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:

@@ -3,7 +3,8 @@
 Pure. A pod is created Pending, runs (model loading, GPU busy 0 %, not Ready) after
 ``provisioning_seconds``, and is Ready ``load_seconds`` later. Ready pods share the demand evenly; each one's
 GPU utilization is ``min(100, 100 * demand / (ready * capacity_per_replica))``. Scale-down deletes pods as a
-ReplicaSet does: Pending first, then not Ready, then the newest.
+ReplicaSet does: Pending first, then not Ready, then the newest; a deleted pod holds its GPUs for
+``termination_seconds`` more (GPU-hours), and nothing counts it.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ class Workload:
     provisioning_seconds: int = 0
     load_seconds: int = 60
     initial_replicas: int = 1
+    # a deleted pod keeps its GPUs this long (graceful shutdown), serving nothing and counted by no
+    # controller: the HPA ignores pods being deleted, and so do the agents
+    termination_seconds: int = 0
 
 
 @dataclass(frozen=True)

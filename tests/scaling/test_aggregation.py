@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuscale.model import GpuSample, ProcessSample
-from gpuscale.scaler import (
+from gpuscale.scaling import (
     GpuSeries,
     NoDataError,
     aggregate,

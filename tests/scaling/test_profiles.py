@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuscale.scaler import BUILTIN_PROFILES, ProfileError, ProfileSet, load_profiles, parse_metadata
-from gpuscale.scaler.profiles import parse_profiles
+from gpuscale.scaler import load_profiles
+from gpuscale.scaling import BUILTIN_PROFILES, ProfileError, ProfileSet, parse_metadata
+from gpuscale.scaling.profiles import parse_profiles
 
 REQUIRED = {
     "batch-inference",
@@ -108,7 +109,7 @@ profiles:
                 'profile "a" field "window": value "-1" must be at least 0',
                 'profile "a" field "staleAfter": value "inf" must be a finite number',
                 'profile "a" field "colour": not known; known fields are [activationValue, aggregation, '
-                "description, extends, metric, scope, share, staleAfter, targetValue, window]",
+                "description, extends, maxMissingPercent, metric, scope, share, staleAfter, targetValue, window]",
             ),
         ),
         (

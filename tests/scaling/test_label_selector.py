@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuscale.scaler import LabelSelector, Requirement, SelectorError, parse_selector
+from gpuscale.scaling import LabelSelector, Requirement, SelectorError, parse_selector
 
 
 @pytest.mark.parametrize(

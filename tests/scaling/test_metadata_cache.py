@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from gpuscale.scaler import MetadataCache, MetadataError, Profile, ProfileSet
+from gpuscale.scaling import MetadataCache, MetadataError, Profile, ProfileSet
 
 
 def test_hit_returns_the_same_object() -> None:

@@ -2,30 +2,32 @@
 
 A profile sets some of ``metric``, ``aggregation``, ``targetValue``, ``activationValue``, ``window``,
 ``staleAfter``, ``scope`` and ``share``; keys given in the trigger metadata override it. The built-in profiles
-are below as Python data; ``docs/profiles.md`` gives the reasons for every number. ``load_profiles`` reads a
-YAML file that adds profiles or replaces built-in ones (``extends`` inherits the fields of another)::
+are below as Python data; ``docs/profiles.md`` gives the reasons for every number.
+``parse_profiles_text`` reads a
+YAML document that adds profiles or replaces built-in ones (``extends`` inherits the fields of another)::
 
     profiles:
       my-llm:
         extends: llm-serving
         targetValue: 75
 
-The field checks here (``check_choice``, ``check_number``, ``combination_problems``) are shared with
-``gpuscale.scaler.metadata``: they return what is wrong (``must be …``) and each caller says where.
+Which keys a profile may set, and what each allows, is ``keys.KEYS``'s. The check of fields that are fine
+alone but not together (``combination_problems``) is shared with ``gpuscale.scaling.metadata``: it returns
+what is wrong (``must be …``) and each caller says where.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Literal, cast
 
 import yaml
 
+from . import keys
 from .errors import ProfileError
+from .keys import check_choice, check_number, check_value, show
 
 __all__ = [
     "AGGREGATIONS",
@@ -40,9 +42,12 @@ __all__ = [
     "ProfileSet",
     "Scope",
     "Share",
+    "check_choice",
+    "check_number",
     "exact",
-    "load_profiles",
     "parse_profiles",
+    "parse_profiles_text",
+    "show",
 ]
 
 Metric = Literal[
@@ -63,23 +68,10 @@ Aggregation = Literal["avg", "max", "min", "p50", "p90", "p95", "p99", "sum"]
 Scope = Literal["node", "pool", "workload"]
 Share = Literal["container", "gpu"]
 
-METRICS: tuple[Metric, ...] = (
-    "dram_active",
-    "gpu_utilization",
-    "gr_engine_active",
-    "memory_used",
-    "memory_used_percent",
-    "memory_utilization",
-    "power",
-    "power_percent",
-    "sm_active",
-    "sm_occupancy",
-    "temperature",
-    "tensor_active",
-)
-AGGREGATIONS: tuple[Aggregation, ...] = ("avg", "max", "min", "p50", "p90", "p95", "p99", "sum")
-SCOPES: tuple[Scope, ...] = ("node", "pool", "workload")
-SHARES: tuple[Share, ...] = ("container", "gpu")
+METRICS = cast(tuple[Metric, ...], keys.METRICS)
+AGGREGATIONS = cast(tuple[Aggregation, ...], keys.AGGREGATIONS)
+SCOPES = cast(tuple[Scope, ...], keys.SCOPES)
+SHARES = cast(tuple[Share, ...], keys.SHARES)
 PERCENT_METRICS: frozenset[Metric] = frozenset(
     {
         "gpu_utilization",
@@ -95,19 +87,6 @@ PERCENT_METRICS: frozenset[Metric] = frozenset(
 )
 CONTAINER_METRICS: tuple[Metric, ...] = ("gpu_utilization", "memory_used", "memory_used_percent")
 
-_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
-_BYTES = {
-    "": 1,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-}
-_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(k|M|G|T|Ki|Mi|Gi|Ti)?$")
 _PROFILE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -117,46 +96,6 @@ def exact(value: float) -> str:
     if value.is_integer() and abs(value) < 1e18:
         return str(int(value))
     return repr(value)
-
-
-def show(value: object) -> str:
-    """A value as messages quote it: ``"…"``, cut to 100 characters."""
-    if isinstance(value, float):
-        text = f"{value:g}"
-    else:
-        text = value if isinstance(value, str) else ("null" if value is None else str(value))
-    return '"' + (text if len(text) <= 100 else text[:99] + "…") + '"'
-
-
-def check_choice(raw: object, allowed: Iterable[str]) -> tuple[str | None, str | None]:
-    """``(value, None)`` or ``(None, "must be one of [...]")``."""
-    options = sorted(allowed)
-    if isinstance(raw, str) and raw in options:
-        return raw, None
-    return None, f"must be one of [{', '.join(options)}]"
-
-
-def check_number(
-    raw: object, *, minimum: float, exclusive: bool, bytes_units: bool = False
-) -> tuple[float | None, str | None]:
-    """A finite number ``> minimum`` (``exclusive``) or ``>= minimum``; strings like ``"70"`` or ``"1e3"``
-    (with ``bytes_units``: also ``"40Gi"``, ``"500M"``), or YAML numbers (not booleans)."""
-    value: float | None = None
-    if isinstance(raw, int | float) and not isinstance(raw, bool):
-        value = float(raw)
-    elif isinstance(raw, str):
-        text = raw.strip()
-        m = _QUANTITY.match(text) if bytes_units else None
-        if m:
-            value = float(m[1]) * _BYTES[m[2] or ""]
-        elif _NUMBER.match(text):
-            value = float(text)
-    if value is None or not math.isfinite(value):
-        unit = " or a byte quantity such as 40Gi" if bytes_units else ""
-        return None, f"must be a finite number{unit}"
-    if value < minimum or (exclusive and value == minimum):
-        return None, f"must be {'greater than' if exclusive else 'at least'} {minimum:g}"
-    return value, None
 
 
 def combination_problems(
@@ -222,6 +161,7 @@ class Profile:
     activation_value: float | None = None
     window: float | None = None
     stale_after: float | None = None
+    max_missing_percent: float | None = None
     scope: Scope | None = None
     share: Share | None = None
 
@@ -261,16 +201,7 @@ BUILTIN_PROFILES: tuple[Profile, ...] = (
 )
 # fmt: on
 
-_FIELDS: dict[str, str] = {  # YAML / metadata key -> Profile attribute
-    "metric": "metric",
-    "aggregation": "aggregation",
-    "targetValue": "target_value",
-    "activationValue": "activation_value",
-    "window": "window",
-    "staleAfter": "stale_after",
-    "scope": "scope",
-    "share": "share",
-}
+_FIELDS: dict[str, str] = {k.name: k.attr for k in keys.PROFILE_KEYS}  # metadata key -> Profile attribute
 
 
 class ProfileSet(Mapping[str, Profile]):
@@ -311,14 +242,8 @@ class ProfileSet(Mapping[str, Profile]):
         return f"ProfileSet({sorted(self._profiles)})"
 
 
-def load_profiles(path: str | Path, *, base: ProfileSet | None = None) -> ProfileSet:
-    """Read a profiles YAML file; its profiles add to or replace those of ``base`` (default: the built-ins).
-    Raise ``ProfileError`` naming every bad profile and field."""
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ProfileError((f"cannot read the file: {e}",), source=source) from e
+def parse_profiles_text(text: str, *, source: str = "profiles", base: ProfileSet | None = None) -> ProfileSet:
+    """Parse a profiles YAML document (the text of a file or of the chart's ``scaler.profiles``)."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -412,17 +337,7 @@ def _profile(name: object, body: object, known: Mapping[str, Profile], problems:
 
 
 def _check_field(key: str, raw: object, metric: object) -> tuple[object, str | None]:
-    if key == "metric":
-        return check_choice(raw, METRICS)
-    if key == "aggregation":
-        return check_choice(raw, AGGREGATIONS)
-    if key == "scope":
-        return check_choice(raw, SCOPES)
-    if key == "share":
-        return check_choice(raw, SHARES)
-    bytes_units = key in ("targetValue", "activationValue") and metric == "memory_used"
-    strict = key in ("targetValue", "staleAfter")
-    return check_number(raw, minimum=0, exclusive=strict, bytes_units=bytes_units)
+    return check_value(keys.BY_NAME[key], raw, metric=metric)
 
 
 def field_value(profile: Profile, key: str) -> object:

@@ -7,8 +7,8 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuscale.scaler import MetadataCache, MetadataError, parse_metadata
-from gpuscale.scaler.metadata import KEYS
+from gpuscale.scaling import MetadataCache, MetadataError, parse_metadata
+from gpuscale.scaling.metadata import KEYS
 
 VALUES = st.one_of(
     st.text(max_size=20),

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from gpuscale._proto import agent_pb2
 from gpuscale.convert import sample_row_from_pb, sample_to_pb
 from gpuscale.model import SAMPLE_FIELDS, ContainerRef, GpuSample, ProcessSample
-from gpuscale.scaler import GpuSeries, NoDataError, evaluate, extractor, parse_metadata, smooth
-from gpuscale.scaler.profiles import Metric
-from gpuscale.scaler.ring import COLUMNS, SampleRing
+from gpuscale.scaling import GpuSeries, NoDataError, evaluate, extractor, parse_metadata, smooth
+from gpuscale.scaling.profiles import Metric
+from gpuscale.scaling.ring import COLUMNS, SampleRing
 
 NOW = 10_000.0
 METRICS = list(get_args(Metric))  # every metric a trigger can name

@@ -101,6 +101,9 @@ class Evaluation:
     pods: int
     skipped: int
     newest_sample_age: float
+    fresh_pods: frozenset[str] = frozenset()  # workload scope: the pods with a usable sample
+    missing: int = 0  # workload scope: GPU pods without one (``answer``'s missing-pod rule)
+    missing_where: tuple[str, ...] = ()  # their nodes and why: "node-3 (agent gone: 2 pods)"
 
 
 def extractor(metric: Metric, share: Share = "gpu", pids: Collection[int] | None = None) -> Extract:
@@ -272,4 +275,5 @@ def evaluate(metadata: TriggerMetadata, series: Iterable[GpuSeries], *, now: flo
         pods=len(pods) if workload else 0,
         skipped=stale + unsupported,
         newest_sample_age=newest,
+        fresh_pods=frozenset(pods),
     )

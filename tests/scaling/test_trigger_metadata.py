@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpuscale.scaler import (
+from gpuscale.scaling import (
     MetadataError,
     Profile,
     ProfileSet,
@@ -18,7 +18,7 @@ from gpuscale.scaler import (
 )
 
 KEYS = (
-    "[activationValue, aggregation, metric, namespace, nodeSelector, podSelector, profile, scope, share, "
+    "[activationValue, aggregation, maxMissingPercent, metric, namespace, nodeSelector, podSelector, profile, scope, share, "
     "staleAfter, targetValue, window]"
 )
 AGGREGATIONS = "[avg, max, min, p50, p90, p95, p99, sum]"

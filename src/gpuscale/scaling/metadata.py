@@ -18,23 +18,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, cast
 
+from . import keys
 from .errors import MetadataError, SelectorError
+from .keys import check_choice, check_value, show
 from .profiles import (
-    AGGREGATIONS,
-    METRICS,
-    SCOPES,
-    SHARES,
     Aggregation,
     Metric,
     Profile,
     ProfileSet,
     Scope,
     Share,
-    check_choice,
-    check_number,
     combination_problems,
     field_value,
-    show,
 )
 from .selector import LabelSelector, parse_selector
 
@@ -49,42 +44,11 @@ __all__ = [
     "target",
 ]
 
-KEYS: Final = (
-    "activationValue",
-    "aggregation",
-    "metric",
-    "namespace",
-    "nodeSelector",
-    "podSelector",
-    "profile",
-    "scope",
-    "share",
-    "staleAfter",
-    "targetValue",
-    "window",
-)
-KEDA_KEYS: Final = frozenset(
-    {"scalerAddress", "enableTLS", "unsafeSsl", "caCert", "tlsClientCert", "tlsClientKey", "tlsCertFile"}
-)
-DEFAULTS: Final[Mapping[str, object]] = {  # no default for targetValue: a profile or the trigger must give it
-    "metric": "gpu_utilization",
-    "aggregation": "avg",
-    "activationValue": 0.0,
-    "window": 10.0,
-    "staleAfter": 30.0,
-    "scope": "workload",
-    "share": "gpu",
-}
-_PROFILE_KEYS = (
-    "metric",
-    "aggregation",
-    "targetValue",
-    "activationValue",
-    "window",
-    "staleAfter",
-    "scope",
-    "share",
-)
+KEYS: Final = keys.KEY_NAMES
+KEDA_KEYS: Final = keys.KEDA_KEYS
+# No default for targetValue: a profile or the trigger must give it.
+DEFAULTS: Final[Mapping[str, object]] = {k.name: k.default for k in keys.KEYS if k.default is not None}
+_PROFILE_KEYS = tuple(k.name for k in keys.PROFILE_KEYS)
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _FROM_ENV = "FromEnv"
 
@@ -101,6 +65,7 @@ class TriggerMetadata:
     stale_after: float
     scope: Scope
     share: Share
+    max_missing_percent: float = 50.0
     profile: str | None = None
     pod_selector: LabelSelector | None = None
     namespace: str | None = None
@@ -143,27 +108,15 @@ def parse_metadata(metadata: Mapping[str, str], profiles: ProfileSet | None = No
 
     explicit: dict[str, object] = {}
     metric_raw = raw.get("metric")
-    for key, options in (
-        ("metric", METRICS),
-        ("aggregation", AGGREGATIONS),
-        ("scope", SCOPES),
-        ("share", SHARES),
-    ):
-        if key in raw:
-            choice, tail = check_choice(raw[key], options)
-            _note(explicit, problems, key, raw[key], choice, tail)
+    for k in keys.KEYS:
+        if k.kind == "choice" and k.name in raw and k.name != "profile":
+            choice, tail = check_value(k, raw[k.name])
+            _note(explicit, problems, k.name, raw[k.name], choice, tail)
     metric = explicit.get("metric", profile.metric if profile and profile.metric else DEFAULTS["metric"])
-    bytes_units = metric == "memory_used"
-    for key, strict in (
-        ("targetValue", True),
-        ("activationValue", False),
-        ("window", False),
-        ("staleAfter", True),
-    ):
-        if key in raw:
-            units = bytes_units and key != "window" and key != "staleAfter"
-            number, tail = check_number(raw[key], minimum=0, exclusive=strict, bytes_units=units)
-            _note(explicit, problems, key, raw[key], number, tail)
+    for k in keys.KEYS:
+        if k.kind == "number" and k.name in raw:
+            number, tail = check_value(k, raw[k.name], metric=metric)
+            _note(explicit, problems, k.name, raw[k.name], number, tail)
 
     # A profile's thresholds are in its metric's unit: they do not carry over to another metric.
     foreign = profile is not None and metric_raw is not None and profile.metric not in (None, metric)
@@ -213,6 +166,7 @@ def parse_metadata(metadata: Mapping[str, str], profiles: ProfileSet | None = No
         stale_after=float(cast(float, values["staleAfter"])),
         scope=cast(Scope, values["scope"]),
         share=cast(Share, values["share"]),
+        max_missing_percent=float(cast(float, values["maxMissingPercent"])),
         profile=profile.name if profile else None,
         pod_selector=selectors.get("podSelector"),
         namespace=cast(str | None, raw.get("namespace")),
