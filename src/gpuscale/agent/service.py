@@ -22,7 +22,7 @@ from .._proto import agent_pb2, agent_pb2_grpc
 from ..backends.base import Backend
 from ..backends.errors import BackendError
 from ..grpcserve import serve_grpc
-from ..httpserve import make_app, serve_app
+from ..httpserve import add_self_metrics, make_app, serve_app
 from ..kube.errors import KubeError
 from ..kube.podresources import PodResourcesClient
 from ..lifecycle import cancel_tasks, within
@@ -106,6 +106,7 @@ class Agent:
         self.settings = settings
         self.agent_id = uuidlib.uuid4().hex[:12]
         self.registry = CollectorRegistry()
+        add_self_metrics(self.registry, "agent")
         self.metrics = AgentMetrics(self.registry)
         self.state = NodeState(settings.node_name, settings.history_length)
         self.sampler = Sampler(backend, read_timeout=settings.read_timeout, clock=clock)

@@ -49,6 +49,7 @@ async def api_client_from(kubeconfig: str | None, in_cluster: bool) -> KubeApi:
     kubernetes_asyncio, imported only then. The caller closes it."""
     if in_cluster:
         return InClusterApi.from_environment()
+    import yaml
     from kubernetes_asyncio import config as kube_config
     from kubernetes_asyncio.client import ApiClient, Configuration
     from kubernetes_asyncio.config.config_exception import ConfigException
@@ -56,8 +57,12 @@ async def api_client_from(kubeconfig: str | None, in_cluster: bool) -> KubeApi:
     configuration = Configuration()
     try:
         await kube_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    except (ConfigException, OSError) as e:
-        raise KubeConfigError(f"cannot load the kubeconfig {kubeconfig or '(default)'}: {e}") from e
+    except (ConfigException, OSError, yaml.YAMLError, TypeError, AttributeError) as e:
+        # YAML of the wrong shape (a list, a string) fails inside the loader with a TypeError/AttributeError
+        why = " ".join(str(e).split())
+        if isinstance(e, (TypeError, AttributeError)):
+            why = "not a kubeconfig (a YAML mapping of clusters, contexts and users)"
+        raise KubeConfigError(f"cannot load the kubeconfig {kubeconfig or '(default)'}: {why}") from e
     return ApiClient(configuration=configuration)
 
 

@@ -24,6 +24,7 @@ __all__ = [
     "Series",
     "aggregate",
     "exact",
+    "job_matcher",
     "per_gpu",
     "range_seconds",
     "series_for",
@@ -97,8 +98,13 @@ def series_for(vendor: str, metric: Metric) -> Series:
     return table[metric]
 
 
-def workload_matchers(namespace: str, pod_regex: str, labels: LabelNames) -> str:
-    return f'{labels.namespace}="{namespace}",{labels.pod}=~"{pod_regex}"'
+def job_matcher(job: str | None) -> str:
+    """``job="gpuscale-agent",`` (or nothing): the agents' series, not dcgm-exporter's of the same names."""
+    return f'job="{job}",' if job else ""
+
+
+def workload_matchers(namespace: str, pod_regex: str, labels: LabelNames, job: str | None = None) -> str:
+    return f'{job_matcher(job)}{labels.namespace}="{namespace}",{labels.pod}=~"{pod_regex}"'
 
 
 def _fmt(value: float) -> str:
