@@ -66,7 +66,7 @@ def families(draw: st.DrawFn) -> list[Metric]:
         if kind == "gauge":
             family: Metric = GaugeMetricFamily(name, "help with \\ and \n", labels=keys)
             for s in sets:
-                family.add_metric([s.get(k, "") for k in keys], draw(gauge_values))
+                family.add_metric([s.get(k, "") for k in keys], draw(gauge_values))  # type: ignore[attr-defined]
         elif kind == "counter":
             family = CounterMetricFamily(name, "a counter", labels=keys)
             for s in sets:
@@ -114,7 +114,7 @@ def test_text_format_matches_prometheus_client(fams: list[Metric]) -> None:
 def test_openmetrics_matches_prometheus_client(fams: list[Metric]) -> None:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Families(fams))
-    text = generate_openmetrics(registry, escaping="allow-utf-8").decode()
+    text = generate_openmetrics(registry, escaping="allow-utf-8").decode()  # type: ignore[no-untyped-call]
     try:
         expected = reference_parse(text, SELECTION, openmetrics=True)
     except ExpositionError:

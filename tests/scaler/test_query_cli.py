@@ -174,7 +174,7 @@ async def test_a_node_scope_query_of_an_agent_without_the_external_scaler_says_w
                              metrics_address="127.0.0.1:0", kubelet_socket=Path("/nonexistent/kubelet.sock"),
                              serve_external_scaler=True)
     served = Agent(settings, MockBackend(MockConfig(gpus=1, patterns=parse_patterns("constant:40"))))
-    served.extra_services.append(lambda server: add_node_scope(server, served.state, registry=served.registry))
+    served.extra_services.append(lambda server: add_node_scope(server, served.state, registry=served.registry))  # type: ignore[arg-type]
     await served.start()
     try:
         async def answers() -> bool:

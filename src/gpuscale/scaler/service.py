@@ -236,7 +236,14 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         if query.scope == "workload" and self.pods is not None:
             gpu_pods = self._with_api_pods(query, gpu_pods)
         try:
-            result = answer(md, selection.series, now=self._clock(), gpu_pods=gpu_pods, workload=where)
+            result = answer(
+                md,
+                selection.series,
+                now=self._clock(),
+                gpu_pods=gpu_pods,
+                workload=where,
+                engines=selection.engines,
+            )
         except MissingPods as e:
             self._note_missing(key, e.missing, str(e))
             raise

@@ -27,6 +27,7 @@ from ..convert import device_from_pb, engine_reading_from_pb, pod_from_pb, sampl
 from ..model import DeviceInfo, EngineSample, PodInfo
 from ..scaling.aggregate import GpuSeries
 from ..scaling.answer import GpuPod
+from ..scaling.engine import EngineSeries
 from ..scaling.profiles import Scope
 from ..scaling.ring import SampleRing
 from .source import Query, Selection
@@ -186,6 +187,7 @@ class ClusterState:
         selector = query.pod_selector
         series: list[GpuSeries] = []
         gpu_pods: list[GpuPod] = []
+        engines: list[EngineSeries] = []
         pods = 0
         for name, info in self._pods_by_ns.get(ns, {}).items():
             if selector is not None and not selector.matches(info.labels):
@@ -197,13 +199,16 @@ class ClusterState:
                 node = self._nodes.get(nodes[0]) if nodes else None
                 connected = any(n in self._nodes and self._nodes[n].connected for n in nodes)
                 gpu_pods.append(GpuPod(f"{ns}/{name}", node.name if node else "?", connected))
+                if node is not None:
+                    engines.append(_engine_series(node, key))
             for uuid, gpu in self._gpus_by_pod.get(key, {}).items():
                 series.append(GpuSeries(uuid, gpu.samples, pod=f"{ns}/{name}", pids=gpu.pids_of(key)))
         for name, (node_name, info, _) in self._forgotten.get(ns, {}).items():
             if selector is None or selector.matches(info.labels):
                 pods += 1
                 gpu_pods.append(GpuPod(f"{ns}/{name}", node_name, connected=False, forgotten=True))
-        return Selection(tuple(series), pods, frozenset(s.uuid for s in series), tuple(gpu_pods))
+        uuids = frozenset(s.uuid for s in series)
+        return Selection(tuple(series), pods, uuids, tuple(gpu_pods), tuple(engines))
 
     def _select_pool(self, query: Query) -> Selection:
         selector = query.node_selector
@@ -504,6 +509,24 @@ class ClusterState:
             woken = found
         for f in woken:
             f.event.set()
+
+
+def _engine_series(node: _Node, key: PodKey) -> EngineSeries:
+    """A pod's engine as its node's agent last said it (live readings), or why there is nothing to say."""
+    pod = f"{key[0]}/{key[1]}"
+    if not node.engines_supported:
+        return EngineSeries(pod, (), f"the agent of {node.name} reads no engines (upgrade gpuscale agent)")
+    engine = node.engines.get(key)
+    if engine is None:
+        return EngineSeries(
+            pod, (), "no engine endpoint (annotate the pod gpuscale.io/metrics-port, or prometheus.io/scrape)"
+        )
+    if engine.missing is not None:
+        reason, detail, _ = engine.missing
+        return EngineSeries(
+            pod, engine.readings, f"engine not read: {reason}" + (f" ({detail})" if detail else "")
+        )
+    return EngineSeries(pod, engine.readings)
 
 
 def _discard(index: dict[str, set[_Feed]], key: str, f: _Feed) -> None:

@@ -28,12 +28,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from ..model import BucketCounts, EngineSample, ModelSignals
+from .metadata import TriggerMetadata
 
 __all__ = [
     "CounterField",
+    "EngineSeries",
     "GaugeField",
     "HistogramField",
     "counter_rate",
@@ -42,6 +45,7 @@ __all__ = [
     "histogram_quantile",
     "in_window",
     "merge",
+    "pod_value",
     "quantile",
 ]
 
@@ -210,3 +214,56 @@ def histogram_quantile(
     """``quantile`` of the window's ``histogram_delta`` (TTFT p95: ``field="ttft", q=0.95``)."""
     delta = histogram_delta(samples, now, window, field, model)
     return None if delta is None else quantile(q, delta)
+
+
+# ----- a trigger over a workload's engines -----------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class EngineSeries:
+    """What the scaler holds of one of the workload's pods' engine: its readings (oldest first) and, when its
+    newest scrape failed (or the pod has no endpoint, or its agent reads no engines), why: ``missing``."""
+
+    pod: str
+    samples: Sequence[EngineSample]
+    missing: str | None = None
+
+
+def pod_value(md: TriggerMetadata, samples: Sequence[EngineSample], now: float) -> float | None:
+    """One pod's value of an engine metric, or ``None`` (its engine did not say: missing). Gauges are the
+    mean of the window's readings (the newest fresh one when none is that young, as GPU samples are
+    smoothed); rates and latencies come from the window's counter and bucket deltas. A latency over a window
+    in which no request finished is 0: the engine answered, and nothing waited."""
+    fresh = in_window(samples, now, md.stale_after)
+    if not fresh:
+        return None
+    metric, model = md.metric, md.model
+    if metric in ("queue_length", "requests_in_flight", "kv_cache_usage"):
+        recent = in_window(fresh, now, md.window) or fresh[-1:]
+        values: list[float] = []
+        for s in recent:
+            if metric == "kv_cache_usage":
+                v = gauge(s, "kv_cache_usage", model)
+            else:
+                v = gauge(s, "waiting", model)
+                if v is not None and metric == "requests_in_flight":
+                    running = gauge(s, "running", model)
+                    v = None if running is None else v + running
+            if v is not None:
+                values.append(v)
+        return math.fsum(values) / len(values) if values else None
+    if metric == "generation_tokens_per_second":
+        return counter_rate(fresh, now, max(md.window, _two_samples(fresh)), "generation_tokens", model)
+    field: HistogramField = "itl" if metric == "itl_p95" else "ttft"
+    q = 0.5 if metric == "ttft_p50" else 0.95
+    delta = histogram_delta(fresh, now, max(md.window, _two_samples(fresh)), field, model)
+    if delta is None:
+        return None
+    if delta.total <= 0:
+        return 0.0
+    return quantile(q, delta)
+
+
+def _two_samples(samples: Sequence[EngineSample]) -> float:
+    """A window just long enough for the newest two readings (a rate needs two)."""
+    if len(samples) < 2:
+        return 0.0
+    return samples[-1].timestamp - samples[-2].timestamp + 1e-6
