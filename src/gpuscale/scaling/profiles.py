@@ -197,6 +197,8 @@ def _builtin(name: str, description: str, metric: Metric, aggregation: Aggregati
 BUILTIN_PROFILES: tuple[Profile, ...] = (
     _builtin("batch-inference", "offline, queue-fed inference: keep every GPU busy, scale on sustained load",
              "gpu_utilization", "avg", 90, 0, 60, 90),
+    _builtin("llm-latency", "LLM servers scaled on their engine's time to first token (p95, seconds)",
+             "ttft_p95", "avg", 1.0, 0, 30, 45),
     _builtin("llm-serving", "LLM servers with continuous batching (vLLM, TGI, TensorRT-LLM), smoothed",
              "gpu_utilization", "avg", 85, 5, 30, 45),
     _builtin("memory-bound", "bandwidth-bound work (LLM decode, embeddings): memory controller load",
