@@ -262,3 +262,31 @@ def test_bad_fallback_options(options: dict[str, Any], message: str) -> None:
     with pytest.raises(UsageError) as e:
         render_scaledobject(ScaledObjectOptions("deployment/llm", "ai", **options))
     assert str(e.value) == message
+
+
+@pytest.mark.parametrize(
+    ("metric", "metric_type", "query"),
+    [
+        ("queue_length", "AverageValue", 'sum(vllm:num_requests_waiting{namespace="ai",pod=~"llm-'),
+        ("requests_in_flight", "AverageValue", ") + sum(vllm:num_requests_running{"),
+        ("generation_tokens_per_second", "AverageValue", "sum(rate(vllm:generation_tokens_total{"),
+        ("kv_cache_usage", "Value", "100 * avg(vllm:kv_cache_usage_perc{"),
+        ("ttft_p95", "Value", "histogram_quantile(0.95, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{"),
+        ("itl_p95", "Value", "histogram_quantile(0.95, sum by (le) (rate(vllm:inter_token_latency_seconds_bucket{"),
+    ],
+)
+def test_engine_metrics_render_for_gpuscale_and_as_the_prometheus_trigger_users_write_today(
+    metric: str, metric_type: str, query: str, tmp_path: Path
+) -> None:
+    target = "80" if metric == "kv_cache_usage" else "5"
+    (ours,) = cli("scaledobject", "--target", "deployment/llm", "--namespace", "ai", "--metric", metric,
+                  "--target-value", target, tmp_path=tmp_path)
+    validate_all([ours])
+    (trigger,) = ours["spec"]["triggers"]
+    assert trigger["metadata"]["metric"] == metric and trigger.get("metricType", "AverageValue") == "AverageValue"
+    (theirs,) = cli("scaledobject", "--target", "deployment/llm", "--namespace", "ai", "--metric", metric,
+                    "--target-value", target, "--mode", "prometheus", tmp_path=tmp_path)
+    validate_all([theirs])
+    (trigger,) = theirs["spec"]["triggers"]
+    assert trigger["type"] == "prometheus" and trigger["metricType"] == metric_type
+    assert query in trigger["metadata"]["query"]

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from ..errors import UsageError
 from ..scaling.errors import MetadataError
+from ..scaling.keys import ENGINE_METRICS
 from ..scaling.metadata import TriggerMetadata, parse_metadata
 from ..scaling.profiles import ProfileSet
 from ._yaml import Document, dump
@@ -26,6 +27,7 @@ from .promql import (
     DEFAULT_SCRAPE_INTERVAL,
     LabelNames,
     aggregate,
+    engine_query,
     exact,
     per_gpu,
     series_for,
@@ -218,6 +220,8 @@ def _prometheus_trigger(
     if o.vendor not in ("nvidia", "amd"):
         raise UsageError(f'--vendor "{o.vendor}" must be one of [amd, nvidia]')
     regex = check_regex(o.pod_regex) if o.pod_regex else target.pod_regex
+    if md.metric in ENGINE_METRICS:
+        return _engine_trigger(o, md, target, regex)
     labels = LabelNames(exported=o.exported_labels)
     job = f"{o.release}-agent" if o.agent_job is None else o.agent_job
     expr = per_gpu(
@@ -260,6 +264,47 @@ def _prometheus_trigger(
         pods += " Labels are exported_* because Prometheus scrapes the agent with honorLabels false."
     if job:
         pods += f' job="{job}": the agents\' series, not dcgm-exporter\'s of the same names (--agent-job).'
+    return trigger, why, pods
+
+
+def _engine_trigger(
+    o: ScaledObjectOptions, md: TriggerMetadata, target: Target, regex: str
+) -> tuple[dict[str, Any], str, str]:
+    """The KEDA ``prometheus`` trigger users write today for an engine signal: vLLM's own series, scraped
+    from the engine pods by Prometheus (30-60 s behind the node-local path)."""
+    model = f',model_name="{md.model}"' if md.model else ""
+    matchers = f'namespace="{o.namespace}",pod=~"{regex}"{model}'
+    query, additive = engine_query(
+        md.metric, matchers, md.window, aggregation=md.aggregation, scrape_interval=o.scrape_interval
+    )
+    metadata = {
+        "serverAddress": o.prometheus_url,
+        "query": query,
+        "threshold": exact(md.target_value),
+        "activationThreshold": exact(md.activation_value),
+    }
+    if o.min_replicas >= 1:
+        metadata["ignoreNullValues"] = "false"
+    trigger = {
+        "type": "prometheus",
+        "name": "engine",
+        "metricType": "AverageValue" if additive else "Value",
+        "metadata": metadata,
+    }
+    if additive:
+        why = (
+            f"metricType AverageValue: the query is a total over the workload's engines ({md.metric}), and "
+            f"the HPA computes ceil(total / {md.target_value:g})."
+        )
+    else:
+        why = (
+            f"metricType Value: {md.metric} is a per-replica figure; the HPA computes "
+            f"ceil(ready pods x value / {md.target_value:g})."
+        )
+    pods = (
+        f'Pods are selected by name: pod=~"{regex}"; Prometheus must scrape the engine pods themselves (a '
+        "PodMonitor on their metrics port), which the gpuscale agent does not need."
+    )
     return trigger, why, pods
 
 
