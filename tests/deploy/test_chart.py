@@ -419,6 +419,12 @@ BAD_VALUES = [
     ({"agent": {"serviceAccount": {"nmae": "x"}}}, "'nmae' not allowed"),
     ({"image": {"digest": "latest"}}, "/image/digest"),
     ({"gpuNodeLabels": [{"values": ["true"]}]}, "/gpuNodeLabels/0"),
+    # the scaler's own rules for a profile (gpuscale.scaling.keys), so a bad one fails the install instead of
+    # crash-looping the scaler
+    ({"scaler": {"profiles": {"my-llm": {"aggregation": "mean"}}}}, "/scaler/profiles/my-llm"),
+    ({"scaler": {"profiles": {"my-llm": {"targetValue": 0}}}}, "/scaler/profiles/my-llm"),
+    ({"scaler": {"profiles": {"my-llm": {"podSelector": "app=x"}}}}, "/scaler/profiles/my-llm"),
+    ({"scaler": {"profiles": {"My_LLM": {}}}}, "/scaler/profiles"),
 ]
 
 
