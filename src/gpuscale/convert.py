@@ -13,9 +13,12 @@ from ._proto import agent_pb2
 from .model import (
     SAMPLE_FIELDS,
     Assignment,
+    BucketCounts,
     ContainerRef,
     DeviceInfo,
+    EngineSample,
     GpuSample,
+    ModelSignals,
     PodInfo,
     ProcessSample,
     Vendor,
@@ -149,3 +152,45 @@ def pod_from_pb(m: agent_pb2.Pod) -> PodInfo:
 
 def pods_to_pb(pods: Iterable[PodInfo]) -> list[agent_pb2.Pod]:
     return [pod_to_pb(p) for p in pods]
+
+
+# ----- inference engines
+_ENGINE_FIELDS = ("waiting", "running", "kv_cache_usage", "prompt_tokens", "generation_tokens")
+
+
+def _histogram_to_pb(h: BucketCounts | None, out: agent_pb2.Histogram) -> None:
+    if h is not None:
+        out.bounds.extend(h.bounds)
+        out.counts.extend(h.counts)
+
+
+def _histogram_from_pb(m: agent_pb2.Histogram) -> BucketCounts | None:
+    if not m.bounds or len(m.bounds) != len(m.counts):
+        return None
+    return BucketCounts(tuple(m.bounds), tuple(m.counts))
+
+
+def engine_reading_to_pb(s: EngineSample) -> agent_pb2.EngineReading:
+    out = agent_pb2.EngineReading(timestamp=s.timestamp, engine=s.engine)
+    for m in s.models:
+        model = out.models.add(model=m.model)
+        for name in _ENGINE_FIELDS:
+            value = getattr(m, name)
+            if value is not None:
+                setattr(model, name, value)
+        _histogram_to_pb(m.ttft, model.ttft)
+        _histogram_to_pb(m.itl, model.itl)
+    return out
+
+
+def engine_reading_from_pb(m: agent_pb2.EngineReading) -> EngineSample:
+    models = tuple(
+        ModelSignals(
+            model=x.model,
+            ttft=_histogram_from_pb(x.ttft),
+            itl=_histogram_from_pb(x.itl),
+            **{name: _opt(x, name) for name in _ENGINE_FIELDS},
+        )
+        for x in m.models
+    )
+    return EngineSample(m.timestamp, m.engine, tuple(sorted(models, key=lambda x: x.model)))

@@ -124,7 +124,7 @@ async def test_stop_never_closes_the_backend_under_a_running_read(start_agent: A
     quiet = FlakyBackend(gpus=1)
     quiet_closes: list[bool] = []
     inner = quiet.close
-    quiet.close = lambda: (quiet_closes.append(True), inner())[1]  # type: ignore[method-assign]
+    quiet.close = lambda: (quiet_closes.append(True), inner())[1]  # type: ignore[func-returns-value,method-assign]
     calm = await start_agent(backend=quiet)
     await asyncio.sleep(0.15)
     await calm.stop()

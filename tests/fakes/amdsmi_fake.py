@@ -101,11 +101,11 @@ def make_module(
     m.amdsmi_get_gpu_device_bdf = lambda g: h(g).bdf  # type: ignore[attr-defined]
     m.amdsmi_get_gpu_asic_info = lambda g: {"market_name": h(g).market_name, "vendor_id": "0x1002"}  # type: ignore[attr-defined]
     m.amdsmi_get_gpu_vram_usage = lambda g: {"vram_total": h(g).vram_total_mb, "vram_used": g.vram_used_mb}  # type: ignore[attr-defined]
-    m.amdsmi_get_power_cap_info = lambda g: {
+    m.amdsmi_get_power_cap_info = lambda g: {  # type: ignore[attr-defined]
         "power_cap": h(g).power_cap_uw,
         "default_power_cap": g.power_cap_uw,
     }  # type: ignore[attr-defined]
-    m.amdsmi_get_gpu_activity = lambda g: {
+    m.amdsmi_get_gpu_activity = lambda g: {  # type: ignore[attr-defined]
         "gfx_activity": h(g).gfx,
         "umc_activity": g.umc,
         "mm_activity": "N/A",

@@ -203,6 +203,38 @@ async def test_large_pod_event_line(apiserver: FakeApiServer, watcher: NodePodWa
     await until(lambda: watcher.pod("ml", "big") is not None)
 
 
+async def test_keeps_engine_annotations_and_the_pod_ip(apiserver: FakeApiServer, watcher: NodePodWatcher) -> None:
+    """What the agent needs to scrape a pod's inference engine: its IP, and its gpuscale.io/ and
+    prometheus.io/ annotations, nothing else (a 300 kB last-applied-configuration is not kept)."""
+    await asyncio.wait_for(watcher.synced.wait(), 5)
+    await until(lambda: apiserver.watch_count == 1)
+    pod = make_pod("ml", "llm", node=NODE, uid="uid-llm")
+    pod["metadata"]["annotations"] = {
+        "gpuscale.io/metrics-port": "8000",
+        "prometheus.io/scrape": "true",
+        "kubectl.kubernetes.io/last-applied-configuration": "x" * 300_000,
+    }
+    apiserver.add_pod(pod)
+    await until(lambda: watcher.pod("ml", "llm") is not None)
+    info = watcher.pod("ml", "llm")
+    assert info is not None
+    assert dict(info.annotations) == {"gpuscale.io/metrics-port": "8000", "prometheus.io/scrape": "true"}
+    assert info.ip == ""  # not given one yet
+
+    # The pod gets its IP (a status update, and one that counts), then its port annotation changes.
+    v = watcher.version
+    apiserver.modify_pod("ml", "llm", lambda p: p["status"].update(podIP="10.1.2.3"))
+    await until(lambda: getattr(watcher.pod("ml", "llm"), "ip", "") == "10.1.2.3")
+    assert watcher.version == v + 1
+    apiserver.modify_pod("ml", "llm", lambda p: p["metadata"]["annotations"].update({"gpuscale.io/metrics-port": "9000"}))
+    await until(lambda: getattr(watcher.pod("ml", "llm"), "annotations", {}).get("gpuscale.io/metrics-port") == "9000")
+    # Another annotation is not the agent's business: no change.
+    v = watcher.version
+    changed = apiserver.modify_pod("ml", "llm", lambda p: p["metadata"]["annotations"].update({"team": "a"}))
+    await until(lambda: watcher.resource_version == changed["metadata"]["resourceVersion"])
+    assert watcher.version == v
+
+
 async def test_wrong_token_is_a_401(connect: Callable[..., Any]) -> None:
     client = await connect(token="wrong")
     try:

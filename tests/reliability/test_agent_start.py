@@ -45,7 +45,7 @@ async def test_backend_failing_to_open_at_start_then_recovering() -> None:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{agent.grpc_port}") as ch:  # Watch answers: no GPUs
             stream = agent_pb2_grpc.AgentStub(ch).Watch(agent_pb2.WatchRequest(client="test"), timeout=5)
             first = await stream.read()
-            assert first.kind == agent_pb2.NodeUpdate.SNAPSHOT and len(first.gpus) == 0
+            assert first.kind == agent_pb2.NodeUpdate.SNAPSHOT and len(first.gpus) == 0  # type: ignore[attr-defined]
 
             backend.driver_gone = False  # the driver is loaded: the next retry opens the backend
 

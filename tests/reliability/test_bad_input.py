@@ -122,7 +122,7 @@ async def test_garbage_bytes_on_the_method_path(cluster: Cluster, keda: Callable
                                                 caplog: pytest.LogCaptureFixture) -> None:
     scaler, client = await _healthy(cluster, keda)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{scaler.grpc_port}") as ch:
-        raw = ch.unary_unary(GET_METRICS, request_serializer=None, response_deserializer=None)
+        raw = ch.unary_unary(GET_METRICS, request_serializer=None, response_deserializer=None)  # type: ignore[var-annotated]
         codes: set[grpc.StatusCode] = set()
         for garbage in (b"\xff\xff\xff\xff", b"\x0a\xff\xff\xff\xff\x0f", bytes(range(256)) * 40, b"\x12"):
             try:
@@ -132,7 +132,7 @@ async def test_garbage_bytes_on_the_method_path(cluster: Cluster, keda: Callable
                 codes.add(e.code())
         # gRPC's own deserializer refuses them (UNKNOWN: "Unexpected DecodeError"); the service never sees them
         assert codes == {grpc.StatusCode.UNKNOWN}
-        unknown = ch.unary_unary("/externalscaler.ExternalScaler/Nope")
+        unknown = ch.unary_unary("/externalscaler.ExternalScaler/Nope")  # type: ignore[var-annotated]
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await unknown(b"", timeout=5)
         assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED

@@ -196,3 +196,24 @@ async def test_a_scaler_restarted_while_an_agent_hangs_counts_that_nodes_pods_fr
         assert answers[True] == pytest.approx(240.0 + 2 * 60.0)  # node-4's 2 pods at the target: the HPA asks 6
     finally:
         await hung.stop()
+
+
+async def test_per_scaledobject_series_say_the_last_value_target_and_code(
+    cluster: Cluster, keda: Callable[[int], KedaClient]
+) -> None:
+    await five_nodes(cluster)
+    scaler = await cluster.scaler(kube=False)
+    client = keda(scaler.grpc_port)
+    await until(lambda: _is(client, LLM, 700.0), what="10 pods at 70")
+    m = scaler.metrics
+    assert (m.trigger_value.labels("default", "so")._value.get(), m.trigger_target.labels("default", "so")._value.get(),
+            m.trigger_code.labels("default", "so")._value.get()) == (700.0, 60.0, 0)
+    for n in range(5):
+        await cluster.kill(f"node-{n}")
+    await until(lambda: _code(client), what="UNAVAILABLE")
+    assert m.trigger_code.labels("default", "so")._value.get() == grpc.StatusCode.UNAVAILABLE.value[0]
+    assert m.trigger_value.labels("default", "so")._value.get() == 700.0  # the last value answered, kept
+
+
+async def _code(client: KedaClient) -> bool:
+    return await answer(client, LLM) == grpc.StatusCode.UNAVAILABLE

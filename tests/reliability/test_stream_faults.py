@@ -140,7 +140,7 @@ async def test_stream_is_active_of_other_workloads_survives_a_dead_node(fleet: F
     f = fleet
     activity = {**md("wc"), "activationValue": "10"}
     stream = f.client.stub.StreamIsActive(f.client.ref(activity), timeout=10)
-    assert (await stream.read()).result is True
+    assert (await stream.read()).result is True  # type: ignore[attr-defined]
     await f.cluster.kill("node-a")
     await until(lambda: f.stale() == {"node-a"}, what="node-a stale")
     await _wait_stale(f)

@@ -99,7 +99,7 @@ class Cluster:
             dra=NodeResourceSliceWatcher(api, name, watch),
         )
         await agent.start()
-        node = Node(name, agent, kubelet, api, patterns, gpus)
+        node = Node(name, agent, kubelet, api, patterns, gpus)  # type: ignore[arg-type]
         self.nodes[name] = node
         return node
 

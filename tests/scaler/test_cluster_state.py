@@ -236,3 +236,31 @@ def test_only_pods_that_ask_for_a_gpu_count_as_gpu_pods_and_old_agents_say_nothi
     state.apply(m)
     selection = state.select(LLM)
     assert (selection.pods, [p.name for p in selection.gpu_pods], selection.series) == (3, ["default/llm-0"], ())
+
+
+def test_engine_readings_by_pod_and_an_older_agent_said_to_be_upgraded() -> None:
+    from gpuscale.convert import engine_reading_to_pb
+    from gpuscale.model import EngineSample, ModelSignals
+
+    state = ClusterState()
+    old = msg(SNAP, "n1", [gpu("g1", 50, (("default", "llm-0"),))])  # an agent from before engines
+    old.pods.add(namespace="default", name="llm-0", uid="u0", labels={"app": "llm"}, wants_gpu=True)
+    state.apply(old)
+    (engine,) = state.select(LLM).engines
+    assert engine.missing == "the agent of n1 reads no engines (upgrade gpuscale agent)"
+
+    new = msg(SNAP, "n2", [gpu("g2", 50, (("default", "llm-1"),))], agent="a2")
+    new.engines_supported = True
+    new.pods.add(namespace="default", name="llm-1", uid="u1", labels={"app": "llm"}, wants_gpu=True)
+    e = new.engines.add(namespace="default", pod="llm-1")
+    e.readings.append(engine_reading_to_pb(EngineSample(time.time(), "vllm", (ModelSignals("m", waiting=7.0),))))
+    state.apply(new)
+    by_pod = {x.pod: x for x in state.select(LLM).engines}
+    assert by_pod["default/llm-1"].missing is None and by_pod["default/llm-1"].samples[-1].models[0].waiting == 7.0
+    # the engine stops answering: the agent says why, and the pod has no engine value until it reads again
+    upd = msg(UPD, "n2", [], agent="a2")
+    upd.engines.add(namespace="default", pod="llm-1", missing_reason="timeout", missing_detail="no answer in 0.8 s",
+                    missing_at=time.time() + 1)
+    state.apply(upd)
+    by_pod = {x.pod: x for x in state.select(LLM).engines}
+    assert by_pod["default/llm-1"].missing == "engine not read: timeout (no answer in 0.8 s)"

@@ -154,7 +154,7 @@ async def test_unexpected_exception_is_internal_for_that_call_only(
             raise ZeroDivisionError("boom")
         return real(query)  # type: ignore[arg-type]
 
-    scaler.state.select = broken  # type: ignore[method-assign]
+    scaler.state.select = broken  # type: ignore[assignment,method-assign]
     code, message = await client.code_of(client.metrics(BASE))
     assert code == grpc.StatusCode.INTERNAL and "ZeroDivisionError: boom" in message
     assert "GetMetrics failed unexpectedly" in caplog.text

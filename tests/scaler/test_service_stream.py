@@ -26,13 +26,13 @@ async def test_stream_sees_activity_flip_both_ways(cluster: Cluster, keda: Calla
     scaler = await cluster.scaler(kube=False)
     client = keda(scaler.grpc_port)
     uuid = node.uuids[0]
-    await until(lambda: len(scaler.state.select(_query()).series) == 1, what="the pod's GPU is known")
+    await until(lambda: len(scaler.state.select(_query()).series) == 1, what="the pod's GPU is known")  # type: ignore[arg-type]
     seen: list[bool] = []
     lags: list[float] = []
     stream = client.stub.StreamIsActive(client.ref(FLIP), timeout=8)
     async for msg in stream:
         seen.append(msg.result)
-        newest = max(s.timestamp for s in scaler.state.select(_query()).series[0].samples)
+        newest = max(s.timestamp for s in scaler.state.select(_query()).series[0].samples)  # type: ignore[arg-type]
         assert _latest_util(scaler, uuid) == (80 if msg.result else 0)
         lags.append(time.time() - newest)
         if len(seen) == 4:
@@ -56,9 +56,9 @@ async def test_stream_waits_for_data_then_answers(cluster: Cluster, keda: Callab
     scaler.pool.reconcile([n.address for n in cluster.nodes.values()])
     msg = await asyncio.wait_for(first, 5)
     # Before the pod is known the workload has no pods (inactive); once it is, 40 > 10 (active).
-    results = [msg.result]
+    results = [msg.result]  # type: ignore[attr-defined]
     while results[-1] is not True:
-        results.append((await asyncio.wait_for(stream.read(), 5)).result)
+        results.append((await asyncio.wait_for(stream.read(), 5)).result)  # type: ignore[attr-defined]
     stream.cancel()
     assert results in ([True], [False, True])
 
@@ -83,7 +83,7 @@ async def test_agent_serves_node_scope() -> None:
         kubelet_socket=Path("/nonexistent/kubelet.sock"), serve_external_scaler=True,
     )
     agent = Agent(settings, MockBackend(MockConfig(gpus=2, patterns=parse_patterns("constant:30,constant:70"))))
-    agent.extra_services.append(lambda server: add_node_scope(server, agent.state, registry=agent.registry))
+    agent.extra_services.append(lambda server: add_node_scope(server, agent.state, registry=agent.registry))  # type: ignore[arg-type]
     await agent.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{agent.grpc_port}") as ch:
@@ -101,7 +101,7 @@ async def test_agent_serves_node_scope() -> None:
             assert await client.value({**md, "aggregation": "avg"}) == 50
             assert await client.active(md)
             stream = client.stub.StreamIsActive(client.ref(md), timeout=5)
-            assert (await stream.read()).result is True
+            assert (await stream.read()).result is True  # type: ignore[attr-defined]
             stream.cancel()
             code, message = await client.code_of(client.metrics({"targetValue": "60"}))
             assert code == grpc.StatusCode.INVALID_ARGUMENT

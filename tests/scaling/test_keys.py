@@ -68,3 +68,12 @@ def test_the_chart_schema_for_a_profile_holds_the_tables_rules() -> None:
     for bad in ({"aggregation": "mean"}, {"targetValue": 0}, {"window": -1}, {"podSelector": "a=b"}, {"scope": "x"}):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, schema)
+
+
+def test_the_charts_profile_schema_is_the_tables() -> None:
+    import json
+
+    chart = DOC.parents[1] / "deploy" / "helm" / "gpuscale" / "values.schema.json"
+    profiles = json.loads(chart.read_text())["properties"]["scaler"]["properties"]["profiles"]
+    (entry,) = profiles["patternProperties"].values()
+    assert entry == {"anyOf": [{"type": "null"}, profile_schema()]}, "run scripts/gen-docs"

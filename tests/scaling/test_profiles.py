@@ -115,7 +115,7 @@ profiles:
         (
             "profiles:\n  a:\n    extends: b\n  b: {}",
             (
-                'profile "a" field "extends": value "b" must be one of [batch-inference, llm-serving, memory-bound, '
+                'profile "a" field "extends": value "b" must be one of [batch-inference, llm-latency, llm-serving, memory-bound, '
                 "memory-capacity, online-inference, power-capped, training-throughput] (built-in or defined earlier)",
             ),
         ),

@@ -14,11 +14,12 @@ from gpuscale._proto import agent_pb2
 from gpuscale.convert import sample_row_from_pb, sample_to_pb
 from gpuscale.model import SAMPLE_FIELDS, ContainerRef, GpuSample, ProcessSample
 from gpuscale.scaling import GpuSeries, NoDataError, evaluate, extractor, parse_metadata, smooth
+from gpuscale.scaling.keys import ENGINE_METRICS
 from gpuscale.scaling.profiles import Metric
 from gpuscale.scaling.ring import COLUMNS, SampleRing
 
 NOW = 10_000.0
-METRICS = list(get_args(Metric))  # every metric a trigger can name
+METRICS = [m for m in get_args(Metric) if m not in ENGINE_METRICS]  # every GPU metric a trigger can name
 
 _real = st.one_of(
     st.none(),

@@ -18,12 +18,12 @@ from gpuscale.scaling import (
 )
 
 KEYS = (
-    "[activationValue, aggregation, maxMissingPercent, metric, namespace, nodeSelector, podSelector, profile, scope, share, "
+    "[activationValue, aggregation, maxMissingPercent, metric, model, namespace, nodeSelector, podSelector, profile, scope, share, "
     "staleAfter, targetValue, window]"
 )
 AGGREGATIONS = "[avg, max, min, p50, p90, p95, p99, sum]"
 PROFILES = (
-    "[batch-inference, llm-serving, memory-bound, memory-capacity, online-inference, power-capped, "
+    "[batch-inference, llm-latency, llm-serving, memory-bound, memory-capacity, online-inference, power-capped, "
     "training-throughput]"
 )
 
@@ -109,9 +109,10 @@ def test_valid(metadata: dict[str, str], expected: TriggerMetadata) -> None:
         (
             {"targetValue": "70", "metric": "gpu_util"},
             (
-                'parameter "metric" value "gpu_util" must be one of [dram_active, gpu_utilization, '
-                "gr_engine_active, memory_used, memory_used_percent, memory_utilization, power, power_percent, "
-                "sm_active, sm_occupancy, temperature, tensor_active]",
+                'parameter "metric" value "gpu_util" must be one of [dram_active, generation_tokens_per_second, '
+                "gpu_utilization, gr_engine_active, itl_p95, kv_cache_usage, memory_used, memory_used_percent, "
+                "memory_utilization, power, power_percent, queue_length, requests_in_flight, sm_active, "
+                "sm_occupancy, temperature, tensor_active, ttft_p50, ttft_p95]",
             ),
         ),
         (

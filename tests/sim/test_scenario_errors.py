@@ -238,7 +238,7 @@ def test_the_trigger_is_the_scalers_parse_of_the_metadata() -> None:
         (
             "{scalerAddress: a, profile: llm}",
             'policies[0].scaledObject.spec.triggers[0].metadata: parameter "profile" value "llm" must be one of '
-            "[batch-inference, llm-serving, memory-bound, memory-capacity, online-inference, power-capped, "
+            "[batch-inference, llm-latency, llm-serving, memory-bound, memory-capacity, online-inference, power-capped, "
             "training-throughput]\npolicies[0].scaledObject.spec.triggers[0].metadata: parameter "
             '"targetValue" is required (no profile is given); give a number greater than 0',
         ),
@@ -250,7 +250,7 @@ def test_the_trigger_is_the_scalers_parse_of_the_metadata() -> None:
         (
             '{scalerAddress: a, targetValue: "70", aggregation: mean, windw: "5"}',
             'policies[0].scaledObject.spec.triggers[0].metadata: parameter "windw" is not known (did you mean '
-            '"window"?); known parameters are [activationValue, aggregation, maxMissingPercent, metric, namespace, nodeSelector, '
+            '"window"?); known parameters are [activationValue, aggregation, maxMissingPercent, metric, model, namespace, nodeSelector, '
             "podSelector, profile, scope, share, staleAfter, targetValue, window]\n"
             'policies[0].scaledObject.spec.triggers[0].metadata: parameter "aggregation" value "mean" must be '
             "one of [avg, max, min, p50, p90, p95, p99, sum]",

@@ -11,7 +11,7 @@ import re
 import time
 import uuid as uuidlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import grpc
 import grpc.aio
@@ -22,11 +22,11 @@ from .._proto import agent_pb2, agent_pb2_grpc
 from ..backends.base import Backend
 from ..backends.errors import BackendError
 from ..grpcserve import serve_grpc
-from ..httpserve import make_app, serve_app
+from ..httpserve import add_self_metrics, make_app, serve_app
 from ..kube.errors import KubeError
 from ..kube.podresources import PodResourcesClient
 from ..lifecycle import cancel_tasks, within
-from ..model import Assignment, ContainerRef, PodInfo
+from ..model import Assignment, ContainerRef, EngineMissing, PodInfo
 from ..netaddr import split_address
 from .attribution import attribute
 from .exporter import AgentMetrics, GpuCollector
@@ -37,6 +37,9 @@ from .state import NodeState
 from .watch import WatchService
 
 __all__ = ["Agent", "DraDeviceSource", "NodeLabelSource", "PodSource"]
+
+if TYPE_CHECKING:
+    from .engines.collector import EngineCollector
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +106,7 @@ class Agent:
         self.settings = settings
         self.agent_id = uuidlib.uuid4().hex[:12]
         self.registry = CollectorRegistry()
+        add_self_metrics(self.registry, "agent")
         self.metrics = AgentMetrics(self.registry)
         self.state = NodeState(settings.node_name, settings.history_length)
         self.sampler = Sampler(backend, read_timeout=settings.read_timeout, clock=clock)
@@ -137,6 +141,7 @@ class Agent:
         self._rediscover_tried: set[str] = set()  # ids a listing was made for: not again for them
         self._rediscovered_at = -math.inf
         self.extra_services: list[Callable[[grpc.aio.Server], None]] = []
+        self.engines: EngineCollector | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -167,6 +172,7 @@ class Agent:
         self._tasks.append(asyncio.create_task(self._loop("attribution", self._attribute_forever)))
         if self.pods is not None:
             self._tasks.append(asyncio.create_task(self._loop("pod watch", self.pods.run)))
+            self._tasks.append(asyncio.create_task(self._loop("engine scrape", self._engines_forever)))
         if self.node is not None:
             self._tasks.append(asyncio.create_task(self._loop("node watch", self.node.run)))
         if self.dra is not None:
@@ -176,6 +182,8 @@ class Agent:
         """Stop everything; each step bounded (``gpuscale.lifecycle``), so a stop never hangs."""
         await cancel_tasks(self._tasks)
         self._tasks.clear()
+        if self.engines is not None:
+            await within(self.engines.close(), 3.0, "the engine scrapes")
         if self._grpc is not None:
             await within(self._grpc.stop(grace=0.5), 3.0, "the agent's gRPC server")
         if self._http is not None:
@@ -244,6 +252,30 @@ class Agent:
             else:
                 self._open_problem = None
                 log.info("GPU backend %s opened: %d GPUs", self.sampler.backend.name, len(self.state.devices))
+
+    async def _engines_forever(self) -> None:
+        """Once per sampling interval, read the inference engine of each GPU pod of this node that serves
+        one (``agent.engines``): only pods the kubelet assigned one of this node's GPUs to are scraped."""
+        from .engines.collector import EngineCollector
+        from .engines.discovery import pods_holding_gpus
+        from .engines.scrape import ScrapeSettings
+
+        interval = self.settings.interval
+        if self.engines is None:
+            self.engines = EngineCollector(
+                ScrapeSettings.for_interval(interval),
+                self.registry,
+                history_length=self.settings.history_length,
+                clock=self._clock,
+            )
+        while True:
+            started = time.monotonic()
+            holders = pods_holding_gpus(self.state.assignments)
+            results = await self.engines.scrape_round(self.state.pods, holders)
+            history = {key: self.engines.history(key) for key in results}
+            missing = {key: r for key, r in results.items() if isinstance(r, EngineMissing)}
+            self.state.set_engines(self._clock(), history, missing)
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
 
     async def _sample_forever(self) -> None:
         await self._open_backend()

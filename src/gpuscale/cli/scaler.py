@@ -23,6 +23,8 @@ from ._options import (
     check_server_arguments,
     env,
     existing_file,
+    kubeconfig_errors,
+    kubeconfig_from_args,
     positive_seconds,
     server_tls_from_args,
 )
@@ -138,6 +140,7 @@ def settings_from_args(args: argparse.Namespace) -> ScalerSettings:
     if args.agents_dns:
         parse_host_port(args.agents_dns, "--agents-dns")
     check_server_arguments(args)
+    kubeconfig = kubeconfig_from_args(args)
     try:
         workers = int(args.ingest_workers)
     except ValueError:
@@ -149,13 +152,14 @@ def settings_from_args(args: argparse.Namespace) -> ScalerSettings:
     return ScalerSettings(
         ingest_workers=workers,
         event_loop=args.event_loop,
+        log_format=getattr(args, "log_format", "text"),
         agents=agents,
         agents_dns=args.agents_dns or None,
         dns_interval_s=positive_seconds(args.dns_interval, "--dns-interval"),
         grpc_address=args.grpc_address,
         metrics_address=args.metrics_address,
-        kubeconfig=args.kubeconfig,
-        in_cluster=bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and args.kubeconfig is None,
+        kubeconfig=kubeconfig,
+        in_cluster=bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and kubeconfig is None,
         tls=tls,
         history_s=positive_seconds(args.history, "--history"),
         ready_grace_s=positive_seconds(args.ready_grace, "--ready-grace"),
@@ -182,7 +186,8 @@ async def serve(settings: ScalerSettings, profiles: ProfileSet | None) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await scaler.start()  # a failed start (an address in use) still stops what it had started
+        with kubeconfig_errors(settings.kubeconfig):
+            await scaler.start()  # a failed start (an address in use) still stops what it had started
         log.info(
             "scaler serving gRPC on :%d%s and metrics on :%d",
             scaler.grpc_port,

@@ -107,11 +107,14 @@ def make_pod(
     ready: bool | None = None,
     limits: Mapping[str, str] | None = None,
     resource_claims: Iterable[str] = (),
+    annotations: Mapping[str, str] | None = None,
+    ip: str | None = None,
 ) -> Obj:
     """A Pod as the API server returns it. ``containers`` maps names to ``containerID`` (``containerd://…``;
     ``None``: not started yet, so no id). ``ready`` (default: every container started) sets the containers'
     ``ready`` and the pod's ``Ready`` condition. ``limits`` (``{"nvidia.com/gpu": "1"}``) go on every
-    container; ``resource_claims`` name the pod's ResourceClaims (DRA)."""
+    container; ``resource_claims`` name the pod's ResourceClaims (DRA); ``annotations`` and ``ip``
+    (``status.podIP``) are what an engine scrape is found by."""
     containers = {"main": None} if containers is None else containers
     statuses = []
     for cname, cid in containers.items():
@@ -132,6 +135,7 @@ def make_pod(
             "namespace": namespace,
             "uid": uid or str(uuidlib.uuid4()),
             "labels": dict(labels or {}),
+            **({"annotations": dict(annotations)} if annotations else {}),
             "creationTimestamp": "2025-01-01T00:00:00Z",
         },
         "spec": {
@@ -150,6 +154,7 @@ def make_pod(
             "phase": phase,
             "conditions": [{"type": "Ready", "status": "True" if all_ready else "False"}],
             "containerStatuses": statuses,
+            **({"podIP": ip} if ip else {}),
         },
     }
 

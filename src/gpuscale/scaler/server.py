@@ -16,7 +16,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from ..grpcserve import serve_grpc
-from ..httpserve import make_app, serve_app
+from ..httpserve import add_self_metrics, make_app, serve_app
 from ..lifecycle import cancel_tasks, within
 from ..netaddr import parse_host_port, split_address
 from ..scaling.metadata import MetadataCache
@@ -49,6 +49,7 @@ class ScalerSettings:
     subscriber: SubscriberSettings = field(default_factory=SubscriberSettings)
     ingest_workers: int = 0  # > 0: read the agent streams in that many child processes (scaler/ingest.py)
     event_loop: str = "auto"  # of the ingest workers
+    log_format: str = "text"  # of the ingest workers (their level is the scaler's)
 
 
 
@@ -68,6 +69,7 @@ class Scaler:
     ) -> None:
         self.settings = settings
         self.registry = CollectorRegistry()
+        add_self_metrics(self.registry, "scaler")
         self.metrics = ScalerMetrics(self.registry)
         self.state = ClusterState(history_s=settings.history_s)
         subscriber = _with_history(settings.subscriber, settings.history_s)
@@ -80,6 +82,7 @@ class Scaler:
                 workers=settings.ingest_workers,
                 event_loop=settings.event_loop,
                 log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower(),
+                log_format=settings.log_format,
             )
         else:
             self.pool = AgentPool(self.state, subscriber, self.metrics)
@@ -172,8 +175,27 @@ class Scaler:
         )
 
     async def _start_http(self) -> None:
-        app = make_app(self.registry, healthy=lambda: None, ready=self.ready_problem)
+        app = make_app(
+            self.registry, healthy=lambda: None, ready=self.ready_problem, ready_detail=self.agents_detail
+        )
         self._http, self.metrics_port = await serve_app(app, *split_address(self.settings.metrics_address))
+
+    def agents_detail(self, most: int = 20) -> str:
+        """For ``/readyz``: how many agents are followed and, by address, those that are not, with the newest
+        failure (ready or not: one unreachable agent does not take a replica out of KEDA's rotation)."""
+        known, connected = len(self.pool.addresses), self.pool.connected
+        if connected >= known:
+            return f"{connected} of {known} agents connected"
+        not_connected = getattr(self.pool, "not_connected", None)
+        if not_connected is None:  # ingest workers: the addresses are in their logs
+            return f"{connected} of {known} agents connected; the ingest workers' logs name the others"
+        lines = [f"{connected} of {known} agents connected; not connected:"]
+        items = list(not_connected().items())
+        for address, error in items[:most]:
+            lines.append(f"  {address}: {error or 'connecting (no attempt has failed yet)'}")
+        if len(items) > most:
+            lines.append(f"  and {len(items) - most} more")
+        return "\n".join(lines)
 
     def ready_problem(self) -> str | None:
         """Ready once every discovered agent has sent its complete state, or ``ready_grace_s`` after start."""

@@ -120,7 +120,15 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         async def answer() -> pb.GetMetricsResponse:
             key = scaled_object_key(request.scaledObjectRef)
             md = self._parse(key)
-            result = self.evaluate(md, await self.query(key, md), key=key)
+            try:
+                result = self.evaluate(md, await self.query(key, md), key=key)
+            except Exception as e:
+                if self.metrics is not None and key.name:
+                    code = status_code(e).value[0]
+                    self.metrics.set_trigger(key.namespace, key.name, code, target(md), None)
+                raise
+            if self.metrics is not None and key.name:
+                self.metrics.set_trigger(key.namespace, key.name, 0, target(md), result.value)
             return metric_value_response(request.metricName or metric_name(md), result.value)
 
         return await self._unary("GetMetrics", context, answer)
@@ -236,7 +244,14 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         if query.scope == "workload" and self.pods is not None:
             gpu_pods = self._with_api_pods(query, gpu_pods)
         try:
-            result = answer(md, selection.series, now=self._clock(), gpu_pods=gpu_pods, workload=where)
+            result = answer(
+                md,
+                selection.series,
+                now=self._clock(),
+                gpu_pods=gpu_pods,
+                workload=where,
+                engines=selection.engines,
+            )
         except MissingPods as e:
             self._note_missing(key, e.missing, str(e))
             raise

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from ..scaling.aggregate import GpuSeries
 from ..scaling.answer import GpuPod
+from ..scaling.engine import EngineSeries
 from ..scaling.profiles import Scope
 from ..scaling.selector import LabelSelector
 
@@ -39,6 +40,7 @@ class Selection:
     pods: int = 0
     uuids: frozenset[str] = frozenset()
     gpu_pods: tuple[GpuPod, ...] = ()
+    engines: tuple[EngineSeries, ...] = ()  # workload scope: each GPU pod's engine, as its agent reads it
 
 
 class ChangeFeed(Protocol):

@@ -23,10 +23,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .._proto import agent_pb2
-from ..convert import device_from_pb, pod_from_pb, sample_row_from_pb
-from ..model import DeviceInfo, PodInfo
+from ..convert import device_from_pb, engine_reading_from_pb, pod_from_pb, sample_row_from_pb
+from ..model import DeviceInfo, EngineSample, PodInfo
 from ..scaling.aggregate import GpuSeries
 from ..scaling.answer import GpuPod
+from ..scaling.engine import EngineSeries
 from ..scaling.profiles import Scope
 from ..scaling.ring import SampleRing
 from .source import Query, Selection
@@ -56,6 +57,28 @@ class _Gpu:
         return None if len(self.pods) == 1 else frozenset()
 
 
+class _Engine:
+    """What the scaler holds of one GPU pod's inference engine: recent readings, and the newest failure."""
+
+    __slots__ = ("missing", "node", "readings")
+
+    def __init__(self, node: str, maxlen: int) -> None:
+        self.node = node
+        self.readings: collections.deque[EngineSample] = collections.deque(maxlen=maxlen)
+        self.missing: tuple[str, str, float] | None = None  # (reason, detail, at)
+
+    def take(self, e: agent_pb2.EngineState) -> None:
+        for r in e.readings:
+            self.readings.append(engine_reading_from_pb(r))
+        newest = self.readings[-1].timestamp if self.readings else -1.0
+        if e.missing_reason:
+            self.missing = (e.missing_reason, e.missing_detail, e.missing_at)
+        elif e.readings:
+            self.missing = None
+        if self.missing is not None and self.missing[2] < newest:
+            self.missing = None  # read again since
+
+
 @dataclass(slots=True)
 class _Node:
     name: str
@@ -70,6 +93,8 @@ class _Node:
     carried: bool = False
     # an agent whose view is not complete yet, with no predecessor to carry from: its pods are not known
     incomplete: bool = False
+    engines_supported: bool = False  # an older agent reads no engines
+    engines: dict[PodKey, _Engine] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +187,7 @@ class ClusterState:
         selector = query.pod_selector
         series: list[GpuSeries] = []
         gpu_pods: list[GpuPod] = []
+        engines: list[EngineSeries] = []
         pods = 0
         for name, info in self._pods_by_ns.get(ns, {}).items():
             if selector is not None and not selector.matches(info.labels):
@@ -173,13 +199,16 @@ class ClusterState:
                 node = self._nodes.get(nodes[0]) if nodes else None
                 connected = any(n in self._nodes and self._nodes[n].connected for n in nodes)
                 gpu_pods.append(GpuPod(f"{ns}/{name}", node.name if node else "?", connected))
+                if node is not None:
+                    engines.append(_engine_series(node, key))
             for uuid, gpu in self._gpus_by_pod.get(key, {}).items():
                 series.append(GpuSeries(uuid, gpu.samples, pod=f"{ns}/{name}", pids=gpu.pids_of(key)))
         for name, (node_name, info, _) in self._forgotten.get(ns, {}).items():
             if selector is None or selector.matches(info.labels):
                 pods += 1
                 gpu_pods.append(GpuPod(f"{ns}/{name}", node_name, connected=False, forgotten=True))
-        return Selection(tuple(series), pods, frozenset(s.uuid for s in series), tuple(gpu_pods))
+        uuids = frozenset(s.uuid for s in series)
+        return Selection(tuple(series), pods, uuids, tuple(gpu_pods), tuple(engines))
 
     def _select_pool(self, query: Query) -> Selection:
         selector = query.node_selector
@@ -339,6 +368,10 @@ class ClusterState:
             self._index_pod(node.name, info)
         if msg.node_labels:  # none: the agent has not read its Node yet (just started): keep what was known
             self._take_labels(node.name, msg.node_labels)
+        node.engines_supported = msg.engines_supported
+        for e in msg.engines:
+            engine = node.engines[(e.namespace, e.pod)] = _Engine(node.name, maxlen)
+            engine.take(e)
         self._nodes[node.name] = node
         self._bump_all()
 
@@ -387,6 +420,13 @@ class ClusterState:
                     self._index_pod(node.name, info)
                     namespaces.add(key[0])
             node.pods = new
+        for e in msg.engines:
+            key = (e.namespace, e.pod)
+            engine = node.engines.get(key)
+            if engine is None:
+                engine = node.engines[key] = _Engine(node.name, maxlen)
+            engine.take(e)
+            namespaces.add(e.namespace)
         if msg.node_labels_changed and self._take_labels(node.name, msg.node_labels):
             self._version += 1  # which nodes a pool selects may have changed
             added = True
@@ -469,6 +509,24 @@ class ClusterState:
             woken = found
         for f in woken:
             f.event.set()
+
+
+def _engine_series(node: _Node, key: PodKey) -> EngineSeries:
+    """A pod's engine as its node's agent last said it (live readings), or why there is nothing to say."""
+    pod = f"{key[0]}/{key[1]}"
+    if not node.engines_supported:
+        return EngineSeries(pod, (), f"the agent of {node.name} reads no engines (upgrade gpuscale agent)")
+    engine = node.engines.get(key)
+    if engine is None:
+        return EngineSeries(
+            pod, (), "no engine endpoint (annotate the pod gpuscale.io/metrics-port, or prometheus.io/scrape)"
+        )
+    if engine.missing is not None:
+        reason, detail, _ = engine.missing
+        return EngineSeries(
+            pod, engine.readings, f"engine not read: {reason}" + (f" ({detail})" if detail else "")
+        )
+    return EngineSeries(pod, engine.readings)
 
 
 def _discard(index: dict[str, set[_Feed]], key: str, f: _Feed) -> None:

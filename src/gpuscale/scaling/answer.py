@@ -27,8 +27,10 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from .aggregate import Evaluation, GpuSeries, evaluate
+from .aggregate import Evaluation, GpuSeries, aggregate, evaluate
+from .engine import EngineSeries, pod_value
 from .errors import MissingPods, UnattributedPods
+from .keys import ADDITIVE_METRICS, ENGINE_METRICS
 from .metadata import TriggerMetadata
 
 __all__ = ["HPA_TOLERANCE", "NO_PODS", "GpuPod", "Missing", "answer", "missing_pods"]
@@ -82,12 +84,9 @@ def missing_pods(
     for p in gpu_pods:
         if p.name in fresh:
             continue
-        if not p.reported:
-            reason = "not reported by its node's agent"
-        elif p.forgotten:
-            reason = "node forgotten"
-        elif not p.connected:
-            reason = "agent gone"
+        node_reason = _reason(p)
+        if node_reason is not None:
+            reason = node_reason
         elif p.name not in has_gpu:
             reason = "no device listed"
         elif not has_gpu[p.name]:
@@ -105,11 +104,14 @@ def answer(
     now: float,
     gpu_pods: Sequence[GpuPod] = (),
     workload: str = "the workload",
+    engines: Sequence[EngineSeries] = (),
 ) -> Evaluation:
     """The answer for ``md`` over ``series`` at ``now`` (Unix seconds). ``gpu_pods``: in workload scope, the
     workload's pods that ask for a GPU, wherever the scaler knows them from (connected, stale or forgotten
     nodes); ``workload`` names it in errors. Raise ``UnattributedPods``, ``MissingPods`` or ``NoDataError``
     where there is no honest value."""
+    if md.metric in ENGINE_METRICS:
+        return _engine_answer(md, engines, now=now, gpu_pods=gpu_pods, workload=workload)
     if md.scope != "workload":
         return evaluate(md, series, now=now)
     if not series:
@@ -135,6 +137,72 @@ def answer(
         raise _missing(workload, md, missing, fresh)
     value = _hpa_rule(md, result.aggregate, fresh, len(missing))
     return replace(result, value=value, active=True, missing=len(missing), missing_where=_where(missing))
+
+
+def _engine_answer(
+    md: TriggerMetadata,
+    engines: Sequence[EngineSeries],
+    *,
+    now: float,
+    gpu_pods: Sequence[GpuPod],
+    workload: str,
+) -> Evaluation:
+    """An engine metric: each pod's value from its engine's readings (``engine.pod_value``); additive
+    metrics report the sum over the fresh pods (the per-pod mean times their count), the others the
+    aggregate times the pods, as GPU metrics do. Pods without an engine value are missing pods."""
+    known = {p.name: p for p in gpu_pods}
+    values: dict[str, float] = {}
+    why: dict[str, str] = {}
+    newest = math.inf
+    for e in engines:
+        value = None if e.missing is not None else pod_value(md, e.samples, now)
+        if value is None:
+            why[e.pod] = e.missing or ("no fresh engine reading" if e.samples else "no engine reading")
+            continue
+        values[e.pod] = value
+        newest = min(newest, max(0.0, now - e.samples[-1].timestamp))
+        known.setdefault(e.pod, GpuPod(e.pod, "?"))
+    if not known:
+        return NO_PODS
+    missing = [
+        Missing(p.name, p.node, _reason(p) or why.get(p.name, "no engine reading"))
+        for p in known.values()
+        if p.name not in values
+    ]
+    fresh = len(values)
+    if not values:
+        raise _missing(workload, md, missing, 0)
+    additive = md.metric in ADDITIVE_METRICS
+    per_pod = list(values.values())
+    agg = math.fsum(per_pod) / fresh if additive else aggregate(per_pod, md.aggregation)
+    activity = agg * fresh if additive else agg
+    result = Evaluation(
+        value=agg * fresh,
+        aggregate=agg,
+        active=activity > md.activation_value,
+        gpus=0,
+        pods=fresh,
+        skipped=len(missing),
+        newest_sample_age=newest,
+        fresh_pods=frozenset(values),
+    )
+    if not missing:
+        return result
+    if 100.0 * len(missing) / (fresh + len(missing)) > md.max_missing_percent:
+        raise _missing(workload, md, missing, fresh)
+    value = _hpa_rule(md, agg, fresh, len(missing))
+    return replace(result, value=value, active=True, missing=len(missing), missing_where=_where(missing))
+
+
+def _reason(p: GpuPod) -> str | None:
+    """Why a pod is missing whatever the metric, when its node says so."""
+    if not p.reported:
+        return "not reported by its node's agent"
+    if p.forgotten:
+        return "node forgotten"
+    if not p.connected:
+        return "agent gone"
+    return None
 
 
 def _hpa_rule(md: TriggerMetadata, aggregate: float, fresh: int, missing: int) -> float:

@@ -13,7 +13,7 @@ Value kinds:
   ``maximum`` when set; with ``bytes_for_memory``, byte quantities (``40Gi``) where the metric is
   ``memory_used``;
 * ``selector``: a Kubernetes label selector string (``selector.parse_selector``);
-* ``name``: a Kubernetes namespace name (RFC 1123 label).
+* ``name``: a Kubernetes namespace name (RFC 1123 label), or for ``model`` any non-empty text.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 __all__ = [
+    "ADDITIVE_METRICS",
     "AGGREGATIONS",
+    "ENGINE_METRICS",
     "KEDA_KEYS",
     "KEYS",
     "KEY_NAMES",
@@ -46,18 +48,39 @@ Kind = Literal["choice", "number", "selector", "name"]
 
 METRICS: Final = (
     "dram_active",
+    "generation_tokens_per_second",
     "gpu_utilization",
     "gr_engine_active",
+    "itl_p95",
+    "kv_cache_usage",
     "memory_used",
     "memory_used_percent",
     "memory_utilization",
     "power",
     "power_percent",
+    "queue_length",
+    "requests_in_flight",
     "sm_active",
     "sm_occupancy",
     "temperature",
     "tensor_active",
+    "ttft_p50",
+    "ttft_p95",
 )
+# The inference engine's own signals (agent.engines), read per pod; workload scope only. Additive ones are
+# reported as the sum over the workload's pods.
+ENGINE_METRICS: Final = frozenset(
+    {
+        "generation_tokens_per_second",
+        "itl_p95",
+        "kv_cache_usage",
+        "queue_length",
+        "requests_in_flight",
+        "ttft_p50",
+        "ttft_p95",
+    }
+)
+ADDITIVE_METRICS: Final = frozenset({"generation_tokens_per_second", "queue_length", "requests_in_flight"})
 AGGREGATIONS: Final = ("avg", "max", "min", "p50", "p90", "p95", "p99", "sum")
 SCOPES: Final = ("node", "pool", "workload")
 SHARES: Final = ("container", "gpu")
@@ -105,7 +128,11 @@ KEYS: Final[tuple[Key, ...]] = (
         "Hopper and newer GPUs (NVML's GPM counters, per MIG instance too; dcgm-exporter's profiling "
         "fields), activity over the last sampling interval in %: `gr_engine_active` (graphics/compute "
         "engine busy), `sm_active` (SMs with a warp assigned), `sm_occupancy` (resident warps of the "
-        "maximum), `tensor_active` (tensor pipes busy), `dram_active` (memory bandwidth used)",
+        "maximum), `tensor_active` (tensor pipes busy), `dram_active` (memory bandwidth used); the "
+        "inference engine's own signals, read on the node (workload scope, see [engines](engines.md)): "
+        "`queue_length` (waiting requests), `requests_in_flight` (waiting + running), "
+        "`generation_tokens_per_second` (these three: the sum over the workload's pods), `kv_cache_usage` "
+        "(%), `ttft_p50`, `ttft_p95`, `itl_p95` (seconds, over `window`)",
         default="gpu_utilization", profile=True, choices=METRICS),
     Key("aggregation", "aggregation", "choice", "How the per-GPU values in scope become one number.",
         "`max`, `min`, `avg`, `sum`, `p50`, `p90`, `p95`, `p99`",
@@ -146,6 +173,10 @@ KEYS: Final[tuple[Key, ...]] = (
         "utilization shares (capped at 100), or the memory they use (for `memory_used` and "
         "`memory_used_percent`). Only for `gpu_utilization`, `memory_used` and `memory_used_percent`",
         default="gpu", profile=True, choices=SHARES),
+    Key("model", "model", "name",
+        "Engine metrics: the one model of a multi-model pod to read (its `model_name` label).",
+        "a model name as the engine labels it. Only with an engine metric",
+        default_doc="every model of the pod, added up (the KV cache: the fullest)"),
     Key("podSelector", "pod_selector", "selector",
         "Overrides how the workload's pods are found (normally the `/scale` selector of `scaleTargetRef`).",
         "a Kubernetes label selector string: `app=llm`, `tier!=canary`, `tier in (a,b)`, `tier notin (a,b)`, "

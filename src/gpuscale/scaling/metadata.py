@@ -70,6 +70,7 @@ class TriggerMetadata:
     pod_selector: LabelSelector | None = None
     namespace: str | None = None
     node_selector: LabelSelector | None = None
+    model: str | None = None
 
     @property
     def metric_name(self) -> str:
@@ -142,6 +143,15 @@ def parse_metadata(metadata: Mapping[str, str], profiles: ProfileSet | None = No
 
     scope = values.get("scope")
     selectors = _selectors(raw, scope, problems)
+    model = raw.get("model")
+    if model is not None:
+        if not isinstance(model, str) or not model.strip():
+            problems.append('parameter "model" value "" must be a model name; leave it out for every model')
+        elif "metric" in values and values["metric"] not in keys.ENGINE_METRICS:
+            problems.append(
+                f'parameter "model" value {show(model)} is only allowed with an engine metric '
+                f"({', '.join(sorted(keys.ENGINE_METRICS))}); metric is \"{values['metric']}\""
+            )
     for key, bad, tail in combination_problems(
         metric=cast(Metric | None, values.get("metric")),
         aggregation=cast(Aggregation | None, values.get("aggregation")),
@@ -171,6 +181,7 @@ def parse_metadata(metadata: Mapping[str, str], profiles: ProfileSet | None = No
         pod_selector=selectors.get("podSelector"),
         namespace=cast(str | None, raw.get("namespace")),
         node_selector=selectors.get("nodeSelector"),
+        model=cast(str | None, raw.get("model")),
     )
 
 

@@ -51,6 +51,13 @@ __all__ = [
 ]
 
 Metric = Literal[
+    "generation_tokens_per_second",
+    "itl_p95",
+    "kv_cache_usage",
+    "queue_length",
+    "requests_in_flight",
+    "ttft_p50",
+    "ttft_p95",
     "gpu_utilization",
     "memory_utilization",
     "memory_used",
@@ -74,6 +81,7 @@ SCOPES = cast(tuple[Scope, ...], keys.SCOPES)
 SHARES = cast(tuple[Share, ...], keys.SHARES)
 PERCENT_METRICS: frozenset[Metric] = frozenset(
     {
+        "kv_cache_usage",
         "gpu_utilization",
         "memory_utilization",
         "memory_used_percent",
@@ -132,6 +140,9 @@ def combination_problems(
                 "multiplied by the pod count); use avg, max, min or a percentile, or scope node or pool",
             )
         )
+    if metric in keys.ENGINE_METRICS and scope is not None and scope != "workload":
+        why = f'must be "workload" for metric "{metric}" (an engine signal, read per pod)'
+        out.append(("scope", scope, why))
     if share == "container" and scope is not None and scope != "workload":
         out.append(("share", "container", f'is only allowed with scope "workload" (scope is "{scope}")'))
     if share == "container" and metric is not None and metric not in CONTAINER_METRICS:
@@ -186,6 +197,8 @@ def _builtin(name: str, description: str, metric: Metric, aggregation: Aggregati
 BUILTIN_PROFILES: tuple[Profile, ...] = (
     _builtin("batch-inference", "offline, queue-fed inference: keep every GPU busy, scale on sustained load",
              "gpu_utilization", "avg", 90, 0, 60, 90),
+    _builtin("llm-latency", "LLM servers scaled on their engine's time to first token (p95, seconds)",
+             "ttft_p95", "avg", 1.0, 0, 30, 45),
     _builtin("llm-serving", "LLM servers with continuous batching (vLLM, TGI, TensorRT-LLM), smoothed",
              "gpu_utilization", "avg", 85, 5, 30, 45),
     _builtin("memory-bound", "bandwidth-bound work (LLM decode, embeddings): memory controller load",
