@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuscale.sim import ScenarioError, parse_scenario, run_scenario
+from gpuscale.sim import Result, ScenarioError, parse_scenario, run_scenario
 from gpuscale.sim.engine import Oracle, oracle_replicas
 from gpuscale.sim.workload import Workload
 
@@ -20,14 +20,14 @@ policies:
 """
 
 
-def _run(queue: int = 0, drain: bool = True) -> object:
+def _run(queue: int = 0, drain: bool = True) -> Result:
     text = STEP.replace("QUEUE", str(queue)).replace("DRAIN", "true" if drain else "false")
     return run_scenario(parse_scenario(text))
 
 
 def test_the_oracle_asks_for_the_replicas_the_step_needs_in_the_second_it_comes() -> None:
     result = _run()
-    (tl,) = result.timelines  # type: ignore[attr-defined]
+    (tl,) = result.timelines
     assert set(tl.desired[:100]) == {2}  # ceil(6 / 5)
     assert set(tl.desired[100:400]) == {8}  # ceil(40 / 5), at once: no sync period, no rate limit
     assert set(tl.desired[400:]) == {2}  # and back at once: no stabilization window
@@ -35,7 +35,7 @@ def test_the_oracle_asks_for_the_replicas_the_step_needs_in_the_second_it_comes(
     assert set(tl.ready[100:220]) == {2} and set(tl.ready[220:400]) == {8}
     assert tl.pods[100] == 8 and tl.pods[400] == 2
     # with no queue, the cold start is all that is lost: 120 s x (40 - 10) requests
-    (summary,) = result.summaries  # type: ignore[attr-defined]
+    (summary,) = result.summaries
     assert summary.seconds_over_capacity == 120
     lost = 120 * 30
     assert summary.share_of_demand_unserved == pytest.approx(lost / (6 * 300 + 40 * 300))
@@ -45,8 +45,8 @@ def test_with_a_queue_the_oracle_also_drains_the_waiting_requests() -> None:
     """During the cold start 30 requests/s wait; with 60 s of patience 60 x 40 = 2400 wait when capacity
     arrives. ceil(40 / 5) alone leaves that backlog waiting forever at exactly the demand's capacity; the
     oracle also asks for waiting / 60 s more (capped at 12 replicas), which drains it."""
-    (drained,) = _run(60).timelines  # type: ignore[attr-defined]
-    (plain,) = _run(60, drain=False).timelines  # type: ignore[attr-defined]
+    (drained,) = _run(60).timelines
+    (plain,) = _run(60, drain=False).timelines
     assert max(plain.desired) == 8 and max(drained.desired) == 12
     assert plain.waiting[399] == pytest.approx(2400)  # still 60 s of backlog when the step ends
     assert drained.waiting[399] < 150  # the backlog drains at waiting / 60 s more than the demand

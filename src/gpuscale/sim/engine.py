@@ -23,10 +23,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal, overload
 
-from ..model import GpuSample
+from ..model import EngineSample, GpuSample, ModelSignals
 from ..scaling.aggregate import GpuSeries
 from ..scaling.answer import GpuPod, answer
+from ..scaling.engine import EngineSeries
 from ..scaling.errors import MissingPods, NoDataError, UnattributedPods
+from ..scaling.keys import ENGINE_METRICS
 from .controller import reconcile
 from .faults import Fault
 from .hpa import (
@@ -144,6 +146,8 @@ class _Run:
     metric: float = float("nan")
     # what the scaler holds of each Running pod's GPU: its samples, oldest first (gpuscale triggers only)
     samples: dict[str, list[GpuSample]] = field(default_factory=dict)
+    # and of each Ready pod's engine: its readings, oldest first (gpuscale engine triggers only)
+    engines: dict[str, list[EngineSample]] = field(default_factory=dict)
     # pods deleted and still holding their GPUs: (pod, the second it is gone)
     terminating: tuple[tuple[Pod, int], ...] = ()
     queue: EngineQueue = field(default_factory=lambda: EngineQueue(0))
@@ -195,14 +199,36 @@ def gpuscale_series(samples: dict[str, list[GpuSample]], visible_until: float) -
     return out
 
 
-def gpuscale_reading(trig: TriggerSpec, series: Sequence[GpuSeries], now: float) -> tuple[float | None, bool]:
+# What the scaler holds of a loading pod's engine: its agent's scrape is refused (vLLM serves /metrics once
+# its engine is up).
+LOADING_ENGINE = "engine not read: connect_error (the engine is loading: connection refused)"
+
+
+def engine_series(
+    engines: dict[str, list[EngineSample]], gpu: Sequence[GpuSeries], visible_until: float
+) -> list[EngineSeries]:
+    """The engine series the scaler holds: each Ready pod's readings taken at or before ``visible_until``;
+    a pod with GPU samples and no reading (loading) is one whose engine could not be read."""
+    out: list[EngineSeries] = []
+    for name, history in engines.items():
+        n = bisect.bisect_right(history, visible_until, key=lambda x: x.timestamp)
+        if n:
+            out.append(EngineSeries(f"sim/{name}", history[:n]))
+    read = {e.pod for e in out}
+    out.extend(EngineSeries(s.pod, (), LOADING_ENGINE) for s in gpu if s.pod and s.pod not in read)
+    return out
+
+
+def gpuscale_reading(
+    trig: TriggerSpec, series: Sequence[GpuSeries], now: float, engines: Sequence[EngineSeries] = ()
+) -> tuple[float | None, bool]:
     """(value for GetMetrics, IsActive) of a gpuscale trigger, as the scaler answers them; ``None``: the
     scaler answers ``UNAVAILABLE``. Every series is one of the workload's Running pods, each asking for a
-    GPU."""
+    GPU; ``engines``: their engines, for an engine metric."""
     assert trig.metadata is not None
     try:
         pods = [GpuPod(s.pod or s.uuid, "sim") for s in series]
-        result = answer(trig.metadata, series, now=now, gpu_pods=pods)
+        result = answer(trig.metadata, series, now=now, gpu_pods=pods, engines=engines)
     except (NoDataError, UnattributedPods, MissingPods):
         return None, False
     return result.value, result.active
@@ -219,18 +245,25 @@ def _trigger_value(policy: Policy, src: MetricSource, run: _Run, t: int) -> tupl
             value = 0.0  # empty result -> 0 under ignoreNullValues (the default)
         activation = trig.activation if trig is not None else 0.0
         return value, value is not None and value > activation
-    assert trig is not None
-    series = gpuscale_series(run.samples, t - policy.gpuscale.delay_seconds)
-    return gpuscale_reading(trig, series, t + _READ_OFFSET)
+    assert trig is not None and trig.metadata is not None
+    visible = t - policy.gpuscale.delay_seconds
+    series = gpuscale_series(run.samples, visible)
+    engines = engine_series(run.engines, series, visible) if trig.metadata.metric in ENGINE_METRICS else ()
+    return gpuscale_reading(trig, series, t + _READ_OFFSET, engines)
 
 
-def _sample_gpus(policy: Policy, run: _Run, obs: Observation, t: int, memory_total: int) -> None:
+def _sample_gpus(
+    policy: Policy, run: _Run, obs: Observation, t: int, memory_total: int, engines: bool
+) -> None:
     """The agents' sampling round at ``t``: a sample of each Running pod's GPU (utilization: Ready ``util``,
-    loading 0; memory used: filling while loading, the engine's once Ready; of ``memory_total`` bytes),
-    except the pods a ``samples-missing`` fault darkens; deleted pods are forgotten."""
+    loading 0; memory used: filling while loading, the engine's once Ready; of ``memory_total`` bytes) and,
+    with ``engines``, a reading of each Ready pod's engine (its share of the waiting and running requests,
+    its KV-cache fill), except the pods a ``samples-missing`` fault darkens; deleted pods are forgotten."""
     names = {p.name for p in run.pods}
     for name in [n for n in run.samples if n not in names]:
         del run.samples[name]
+    for name in [n for n in run.engines if n not in names]:
+        del run.engines[name]
     if t % policy.gpuscale.sampling_interval:
         return
     values = obs.samples()
@@ -257,6 +290,26 @@ def _sample_gpus(policy: Policy, run: _Run, obs: Observation, t: int, memory_tot
         )
         if len(history) > 2 * keep and history[0].timestamp < t - keep:
             del history[: len(history) - keep]
+    if not engines:
+        return
+    ready = [name for name in obs.ready if name not in dark]
+    if ready:
+        n = len(obs.ready)
+        signals = ModelSignals(
+            "sim", waiting=obs.waiting / n, running=obs.running / n, kv_cache_usage=obs.kv_cache
+        )
+        reading = EngineSample(float(t), "vllm", (signals,))
+    for name in ready:
+        readings = run.engines.setdefault(name, [])
+        readings.append(reading)
+        if len(readings) > 2 * keep and readings[0].timestamp < t - keep:
+            del readings[: len(readings) - keep]
+
+
+def _reads_engines(policy: Policy) -> bool:
+    """Whether a trigger of the policy is a gpuscale engine metric (then the agents read the engines)."""
+    metrics = {s.trigger.metadata.metric for s in policy.sources if s.trigger and s.trigger.metadata}
+    return bool(metrics & ENGINE_METRICS)
 
 
 def _horizon(policy: Policy) -> int:
@@ -367,6 +420,7 @@ def simulate(
     )
     run.queue = EngineQueue(workload.max_queue_seconds)
     memory_total = int(workload.gpu_memory_gib * 2**30)
+    reads_engines = _reads_engines(policy)
     has_push = so is not None and any(s.trigger is not None and s.trigger.push for s in policy.sources)
     has_gpuscale = any(s.via == "gpuscale" for s in policy.sources)
     cols: tuple[list[float], ...] = tuple([] for _ in range(12))
@@ -380,7 +434,7 @@ def simulate(
             obs = replace(obs, ready=run.history[-1].ready, loading=run.history[-1].loading)
         run.history.append(obs)
         if has_gpuscale:
-            _sample_gpus(policy, run, obs, t, memory_total)
+            _sample_gpus(policy, run, obs, t, memory_total, reads_engines)
         if policy.oracle is not None:
             run.replicas = oracle_replicas(policy.oracle, d, step.waiting, workload)
             run.metric = d / workload.capacity_per_replica

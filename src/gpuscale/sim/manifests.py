@@ -153,14 +153,22 @@ def _gpuscale_metadata(
         for problem in e.problems:
             c.fail(mpath, problem)
         return None
-    for key, value, allowed in (("metric", md.metric, "gpu_utilization"), ("share", md.share, "gpu")):
-        if value != allowed:
+    for key, value, allowed in (("metric", md.metric, SIM_METRICS), ("share", md.share, ("gpu",))):
+        if value not in allowed:
             origin = f' (from profile "{md.profile}")' if key not in text and md.profile else ""
             c.fail(
                 mpath,
-                f'parameter "{key}" value "{value}"{origin}: the simulator models {key} {allowed} only',
+                f'parameter "{key}" value "{value}"{origin}: the simulator models {key} '
+                f"{', '.join(allowed)} only",
             )
     return md
+
+
+# The gpuscale trigger metrics the simulator feeds the scaler's code: GPU utilization, and the engine's
+# gauges (``workload.Observation``: waiting, running, KV-cache fill); not its latency histograms or token
+# counters, which the workload model does not produce.
+SIM_METRICS = ("gpu_utilization", "queue_length", "requests_in_flight", "kv_cache_usage")
+_ENGINE_SIGNALS = {"queue_length": "queue", "requests_in_flight": "in_flight", "kv_cache_usage": "kv_cache"}
 
 
 def _trigger(
@@ -197,7 +205,9 @@ def _trigger(
     md = _gpuscale_metadata(c, meta, mpath, profiles)
     if md is None:
         return None
-    signal = parse_signal(f"{md.aggregation}(gpu_utilization)")
+    field = _ENGINE_SIGNALS.get(md.metric, "gpu_utilization")
+    additive = md.metric in ("queue_length", "requests_in_flight")  # the scaler sums them over the pods
+    signal = parse_signal(f"{'sum' if additive else md.aggregation}({field})")
     assert signal is not None
     trig = TriggerSpec(
         name,
