@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -38,6 +38,7 @@ def make_app(
     healthy: Callable[[], str | None],
     ready: Callable[[], str | None],
     ready_detail: Callable[[], str] | None = None,
+    routes: Sequence[tuple[str, Callable[[web.Request], Awaitable[web.StreamResponse]]]] = (),
 ) -> web.Application:
     """``healthy``/``ready`` return ``None`` when fine, else the reason (served with status 503).
     ``ready_detail``: more lines for ``/readyz``'s body, ready or not (e.g. the agents not followed)."""
@@ -62,6 +63,8 @@ def make_app(
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", probe(healthy))  # type: ignore[arg-type]
     app.router.add_get("/readyz", probe(ready, ready_detail))  # type: ignore[arg-type]
+    for path, handler in routes:
+        app.router.add_get(path, handler)
     return app
 
 

@@ -217,3 +217,37 @@ async def test_per_scaledobject_series_say_the_last_value_target_and_code(
 
 async def _code(client: KedaClient) -> bool:
     return await answer(client, LLM) == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_query_explain_says_what_the_scaledobject_resolved_to_and_why(
+    cluster: Cluster, keda: Callable[[int], KedaClient], capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+    import json
+
+    from gpuscale.cli import query as query_cli
+
+    await five_nodes(cluster)
+    scaler = await cluster.scaler(kube=False)
+    client = keda(scaler.grpc_port)
+    await until(lambda: _is(client, LLM, 700.0), what="10 pods at 70")
+    await cluster.kill("node-4")
+    await until(lambda: _is(client, LLM, 600.0), timeout=10, what="node-4's pods missing")
+    parser = argparse.ArgumentParser()
+    query_cli.register(parser.add_subparsers())
+    argv = ["query", "--address", "127.0.0.1:1", "--name", "so", "--explain", f"127.0.0.1:{scaler.metrics_port}",
+            "--json", *(x for k, v in LLM.items() for x in ("-m", f"{k}={v}"))]
+    args = parser.parse_args(argv)
+    assert await asyncio.to_thread(args.func, args) == 0
+    e = json.loads(capsys.readouterr().out)
+    assert e["query"]["podSelector"] == "app=llm" and len(e["gpuPods"]) == 10
+    assert sorted(p["pod"] for p in e["gpuPods"] if not p["agentConnected"]) == ["default/llm-4-0", "default/llm-4-1"]
+    fresh = [g for g in e["gpus"] if "value" in g]
+    assert len(fresh) == 8 and all(g["value"] == 70 and g["newestSampleAge"] < 1 for g in fresh)
+    assert [g["leftOut"] for g in e["gpus"] if "leftOut" in g] == ["no sample of the metric newer than staleAfter"] * 2
+    assert e["answer"]["value"] == 600 and e["answer"]["missingWhere"] == ["node-4 (agent gone: 2 pods)"]
+    args = parser.parse_args([a for a in argv if a != "--json"])
+    assert await asyncio.to_thread(args.func, args) == 0
+    text = capsys.readouterr().out
+    assert "GPU " in text and "left out: no sample of the metric newer than staleAfter" in text
+    assert "answer: value 600 (aggregate 70 x 8 pods, 2 missing: node-4 (agent gone: 2 pods)), active" in text

@@ -12,16 +12,18 @@ import json
 import re
 import sys
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 
 from .._proto import externalscaler_pb2 as pb
 from .._proto import externalscaler_pb2_grpc as pb_grpc
 from ..errors import UsageError
-from ..netaddr import parse_host_port
+from ..netaddr import join_host_port, parse_host_port
 from ..scaler.wire import scaled_object_ref
 from ._options import positive_seconds
 
@@ -52,6 +54,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="a trigger metadata entry; repeat for more",
     )
     p.add_argument("--stream", action="store_true", help="then follow StreamIsActive until Ctrl-C")
+    p.add_argument(
+        "--explain",
+        metavar="HOST:PORT",
+        help="instead, ask the scaler's HTTP port (its --metrics-address, 9401) which pods, nodes and GPUs "
+        "the ScaledObject resolves to, each GPU's smoothed value and sample age, which were left out and why",
+    )
     p.add_argument("--json", action="store_true", help="print JSON (with --stream: one object per line)")
     p.add_argument("--timeout", default="5", help="seconds per call, more than 0 (default 5)")
     t = p.add_argument_group("TLS")
@@ -86,7 +94,7 @@ def check_names(name: str, namespace: str) -> None:
         )
     if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
         raise UsageError(
-            f'--name "{name}" is not a ScaledObject name: at most 253 lowercase letters, digits, \'-\' and '
+            f"--name \"{name}\" is not a ScaledObject name: at most 253 lowercase letters, digits, '-' and "
             "'.', starting and ending with a letter or digit"
         )
 
@@ -217,10 +225,69 @@ def _stream(stub: pb_grpc.ExternalScalerStub, ref: pb.ScaledObjectRef, as_json: 
         raise _CallFailed("StreamIsActive", e) from None
 
 
+def explain(
+    address: str, name: str, namespace: str, metadata: dict[str, str], timeout: float
+) -> dict[str, Any]:
+    """``GET /explain`` on the scaler's HTTP port."""
+    host, port = parse_host_port(address, "--explain")
+    query = urllib.parse.urlencode(
+        [("name", name), ("namespace", namespace), *(("m", f"{k}={v}") for k, v in metadata.items())]
+    )
+    url = f"http://{join_host_port(host, port)}/explain?{query}"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return cast(dict[str, Any], json.loads(response.read()))
+    except (OSError, ValueError) as e:
+        raise UsageError(
+            f"--explain {address}: cannot ask the scaler there ({e}); give its --metrics-address"
+        ) from e
+
+
+def _print_explain(e: dict[str, Any]) -> None:
+    print(f"ScaledObject {e.get('scaledObject')}")
+    q = e.get("query")
+    if q:
+        print(
+            f"  pods: {q.get('podSelector') or '-'} in {q.get('namespace') or '-'} (scope {q.get('scope')})"
+        )
+    for p in e.get("gpuPods", []):
+        print(
+            f"  pod {p['pod']} on {p['node']}{'' if p['agentConnected'] else ' (its agent is not connected)'}"
+        )
+    for g in e.get("gpus", []):
+        age = g.get("newestSampleAge")
+        if "leftOut" in g:
+            print(f"  GPU {g['uuid']} of {g.get('pod')}: left out: {g['leftOut']}")
+        elif "value" in g:
+            value = f"{g['value']:g} over {g['samples']} samples, newest {age} s old"
+            print(f"  GPU {g['uuid']} of {g.get('pod')}: {value}")
+    for x in e.get("engines", []):
+        print(
+            f"  engine of {x['pod']}: {x['readings']} readings"
+            + (f", missing: {x['missing']}" if x["missing"] else "")
+        )
+    if "answer" in e:
+        a = e["answer"]
+        missing = f", {a['missingPods']} missing: {', '.join(a['missingWhere'])}" if a["missingPods"] else ""
+        print(
+            f"  answer: value {a['value']:g} (aggregate {a['aggregate']:g} x {a['pods']} pods{missing}), "
+            f"{'active' if a['active'] else 'inactive'}"
+        )
+    if "error" in e:
+        print(f"  answer: {e['error']['code']}: {e['error']['message']}")
+
+
 def run(args: argparse.Namespace) -> int:
     timeout = positive_seconds(args.timeout, "--timeout")
     check_names(args.name, args.namespace)
     metadata = parse_metadata_args(args.metadata)
+    if args.explain:
+        result = explain(args.explain, args.name, args.namespace, metadata, timeout)
+        if args.json:
+            print(json.dumps(result, indent=2))
+        else:
+            _print_explain(result)
+        return 0
     ref = scaled_object_ref(args.name, args.namespace, metadata)
     with _channel(args) as channel:
         stub = pb_grpc.ExternalScalerStub(channel)

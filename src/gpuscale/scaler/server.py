@@ -28,6 +28,7 @@ from .metrics import ScalerMetrics
 from .service import SERVICE_NAME, ExternalScalerService, add_external_scaler
 from .state import ClusterState
 from .subscriber import AgentPool, SubscriberSettings
+from .wire import ScaledObjectKey
 
 __all__ = ["Scaler", "ScalerSettings", "TlsFiles", "server_credentials"]
 
@@ -176,9 +177,27 @@ class Scaler:
 
     async def _start_http(self) -> None:
         app = make_app(
-            self.registry, healthy=lambda: None, ready=self.ready_problem, ready_detail=self.agents_detail
+            self.registry,
+            healthy=lambda: None,
+            ready=self.ready_problem,
+            ready_detail=self.agents_detail,
+            routes=[("/explain", self._explain)],
         )
         self._http, self.metrics_port = await serve_app(app, *split_address(self.settings.metrics_address))
+
+    async def _explain(self, request: web.Request) -> web.Response:
+        """``GET /explain?name=N&namespace=NS&m=key=value&m=...``: ``ExternalScalerService.explain`` as JSON
+        (``gpuscale query --explain``)."""
+        assert self.service is not None
+        q = request.query
+        metadata: dict[str, str] = {}
+        for item in q.getall("m", []):
+            name, sep, value = item.partition("=")
+            if not sep:
+                return web.json_response({"error": f'"m" value "{item}" must be KEY=VALUE'}, status=400)
+            metadata[name] = value
+        ref = ScaledObjectKey(q.get("name", ""), q.get("namespace", ""), metadata)
+        return web.json_response(await self.service.explain(ref))
 
     def agents_detail(self, most: int = 20) -> str:
         """For ``/readyz``: how many agents are followed and, by address, those that are not, with the newest

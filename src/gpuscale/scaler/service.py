@@ -32,9 +32,10 @@ import grpc.aio
 
 from .._proto import externalscaler_pb2 as pb
 from .._proto import externalscaler_pb2_grpc as pb_grpc
-from ..scaling.aggregate import Evaluation
+from ..scaling.aggregate import Evaluation, extractor, smooth
 from ..scaling.answer import GpuPod, answer
 from ..scaling.errors import MissingPods
+from ..scaling.keys import ENGINE_METRICS
 from ..scaling.metadata import MetadataCache, TriggerMetadata, metric_name, target
 from ..scaling.selector import LabelSelector, parse_selector
 from .errors import MetadataError, SelectorError
@@ -258,6 +259,78 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         if query.scope == "workload":
             self._note_missing(key, result.missing, ", ".join(result.missing_where))
         return result
+
+    async def explain(self, key: ScaledObjectKey) -> dict[str, object]:
+        """What a ScaledObject resolved to and how its answer came about, for people (``query --explain``):
+        its pods and their nodes, each GPU's smoothed value, sample count and newest sample's age, which were
+        left out and why, the missing pods, and the answer (or the error KEDA gets)."""
+        out: dict[str, object] = {"scaledObject": f"{key.namespace}/{key.name}"}
+        try:
+            md = self._parse(key)
+            query = await self.query(key, md)
+        except Exception as e:
+            out["error"] = {"code": status_code(e).name, "message": str(e)}
+            return out
+        out["metadata"] = {
+            "metric": md.metric,
+            "aggregation": md.aggregation,
+            "targetValue": md.target_value,
+            "window": md.window,
+            "staleAfter": md.stale_after,
+            "scope": md.scope,
+            "profile": md.profile,
+        }
+        out["query"] = {
+            "scope": query.scope,
+            "namespace": query.namespace,
+            "podSelector": str(query.pod_selector) if query.pod_selector is not None else None,
+            "nodeSelector": str(query.node_selector) if query.node_selector is not None else None,
+        }
+        now = self._clock()
+        selection = self.source.select(query)
+        gpus: list[dict[str, object]] = []
+        for series in selection.series:
+            gpu: dict[str, object] = {"uuid": series.uuid, "pod": series.pod}
+            if md.metric in ENGINE_METRICS:
+                gpus.append(gpu)
+                continue
+            extract = extractor(md.metric, md.share, series.pids)
+            smoothed = smooth(series.samples, extract, now=now, window=md.window, stale_after=md.stale_after)
+            if smoothed is None:
+                newest = series.samples[-1].timestamp if len(series.samples) else None
+                gpu["leftOut"] = (
+                    "no sample of the metric newer than staleAfter"
+                    if newest is None or now - newest > md.stale_after
+                    else "its fresh samples do not report the metric"
+                )
+                gpu["newestSampleAge"] = None if newest is None else round(now - newest, 3)
+            else:
+                gpu["value"] = smoothed.value
+                gpu["samples"] = smoothed.samples
+                gpu["newestSampleAge"] = round(smoothed.newest_age, 3)
+            gpus.append(gpu)
+        out["gpus"] = gpus
+        out["gpuPods"] = [
+            {"pod": p.name, "node": p.node, "agentConnected": p.connected} for p in selection.gpu_pods
+        ]
+        if selection.engines:
+            out["engines"] = [
+                {"pod": e.pod, "readings": len(e.samples), "missing": e.missing} for e in selection.engines
+            ]
+        try:
+            result = self.evaluate(md, query, key=key)
+        except Exception as e:
+            out["error"] = {"code": status_code(e).name, "message": str(e)}
+            return out
+        out["answer"] = {
+            "value": result.value,
+            "aggregate": result.aggregate,
+            "active": result.active,
+            "pods": result.pods,
+            "missingPods": result.missing,
+            "missingWhere": list(result.missing_where),
+        }
+        return out
 
     def _with_api_pods(self, query: Query, known: tuple[GpuPod, ...]) -> tuple[GpuPod, ...]:
         """The workload's GPU pods: those the Kubernetes API lists Running (the agents' word where they
