@@ -45,8 +45,13 @@ def _opt(msg: Any, name: str) -> Any:
 
 def device_to_pb(d: DeviceInfo) -> agent_pb2.Device:
     m = agent_pb2.Device(
-        index=d.index, uuid=d.uuid, name=d.name, pci_bus_id=d.pci_bus_id, vendor=d.vendor.value,
-        parent_uuid=d.parent_uuid or "", mig_profile=d.mig_profile or "",
+        index=d.index,
+        uuid=d.uuid,
+        name=d.name,
+        pci_bus_id=d.pci_bus_id,
+        vendor=d.vendor.value,
+        parent_uuid=d.parent_uuid or "",
+        mig_profile=d.mig_profile or "",
     )
     if d.memory_total_bytes is not None:
         m.memory_total_bytes = d.memory_total_bytes
@@ -63,11 +68,18 @@ def device_to_pb(d: DeviceInfo) -> agent_pb2.Device:
 
 def device_from_pb(m: agent_pb2.Device) -> DeviceInfo:
     return DeviceInfo(
-        index=m.index, uuid=m.uuid, name=m.name, pci_bus_id=m.pci_bus_id,
-        memory_total_bytes=_opt(m, "memory_total_bytes"), power_limit_watts=_opt(m, "power_limit_watts"),
-        vendor=Vendor(m.vendor) if m.vendor else Vendor.NVIDIA, mig_enabled=_opt(m, "mig_enabled"),
-        parent_uuid=m.parent_uuid or None, mig_profile=m.mig_profile or None,
-        gpu_instance_id=_opt(m, "gpu_instance_id"), compute_instance_id=_opt(m, "compute_instance_id"),
+        index=m.index,
+        uuid=m.uuid,
+        name=m.name,
+        pci_bus_id=m.pci_bus_id,
+        memory_total_bytes=_opt(m, "memory_total_bytes"),
+        power_limit_watts=_opt(m, "power_limit_watts"),
+        vendor=Vendor(m.vendor) if m.vendor else Vendor.NVIDIA,
+        mig_enabled=_opt(m, "mig_enabled"),
+        parent_uuid=m.parent_uuid or None,
+        mig_profile=m.mig_profile or None,
+        gpu_instance_id=_opt(m, "gpu_instance_id"),
+        compute_instance_id=_opt(m, "compute_instance_id"),
     )
 
 
@@ -108,8 +120,12 @@ def sample_row_from_pb(
         m.sm_clock_mhz if has("sm_clock_mhz") else _NAN,
     )
     # GPM activity: only Hopper and newer send it; a row without it stops at the fields every GPU has
-    if has("sm_active") or has("gr_engine_active") or has("tensor_active") or has("sm_occupancy") or has(
-        "dram_active"
+    if (
+        has("sm_active")
+        or has("gr_engine_active")
+        or has("tensor_active")
+        or has("sm_occupancy")
+        or has("dram_active")
     ):
         values += (
             m.gr_engine_active if has("gr_engine_active") else _NAN,
@@ -131,8 +147,13 @@ def sample_row_from_pb(
 
 def assignment_to_pb(a: Assignment) -> agent_pb2.Attribution:
     c = a.container
-    return agent_pb2.Attribution(namespace=c.namespace, pod=c.pod, container=c.container,
-                                 resource_name=a.resource_name, device_id=a.device_id)
+    return agent_pb2.Attribution(
+        namespace=c.namespace,
+        pod=c.pod,
+        container=c.container,
+        resource_name=a.resource_name,
+        device_id=a.device_id,
+    )
 
 
 def assignment_from_pb(m: agent_pb2.Attribution) -> Assignment:

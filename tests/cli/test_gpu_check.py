@@ -58,12 +58,16 @@ def test_run_with_the_system_python_it_uses_the_venv() -> None:
     (line,) = run.stderr.splitlines()
     assert line.startswith("gpu-check: no NVIDIA GPU to prove here"), line  # the .venv's pynvml got that far
     assert "ModuleNotFoundError" not in run.stdout + run.stderr
-    if not _has(str(ROOT / ".venv" / "bin" / "python"), "torch"):  # the load needs torch: said before it starts
+    if not _has(
+        str(ROOT / ".venv" / "bin" / "python"), "torch"
+    ):  # the load needs torch: said before it starts
         run = _run(BASE_PYTHON, SCRIPT)
         assert run.returncode == 2, run.stderr
         (line,) = run.stderr.splitlines()
-        assert line.startswith(f"gpu-check: cannot start: {ROOT / '.venv' / 'bin' / 'python'} (the repository's "
-                               f".venv, run since {BASE_PYTHON} lacked more) lacks torch: install them with "), line
+        assert line.startswith(
+            f"gpu-check: cannot start: {ROOT / '.venv' / 'bin' / 'python'} (the repository's "
+            f".venv, run since {BASE_PYTHON} lacked more) lacks torch: install them with "
+        ), line
         assert line.endswith(" -m pip install torch; or --skip-load (no registry: docs/performance.md)"), line
 
 
@@ -72,8 +76,9 @@ def test_without_a_venv_it_says_what_to_install(tmp_path: Path) -> None:
     (tmp_path / "scripts").mkdir()
     script = tmp_path / "scripts" / "gpu-check"
     shutil.copy(SCRIPT, script)  # a checkout without .venv
-    run = subprocess.run([BASE_PYTHON, str(script), "--skip-load"], capture_output=True, text=True, timeout=60,
-                         cwd=tmp_path)
+    run = subprocess.run(
+        [BASE_PYTHON, str(script), "--skip-load"], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
     assert run.returncode == 2, run.stderr
     (line,) = run.stderr.splitlines()
     assert line.startswith(f"gpu-check: cannot start: {BASE_PYTHON} lacks "), line
@@ -100,7 +105,7 @@ def _main(module: ModuleType, monkeypatch: pytest.MonkeyPatch, *argv: str) -> in
 GOOD: dict[str, Any] = {
     "probe": {"returncode": 0, "result": {"gpus": [{"name": "NVIDIA H200"}]}},
     "timings": {"gpus": 1},
-    "agent": {"dcgm_lines": ["DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 3"]},
+    "agent": {"dcgm_lines": ['DCGM_FI_DEV_GPU_UTIL{gpu="0"} 3']},
     "load": {"load_exit": 0, "mean_utilization": {"idle": 0.0, "load": 98.0, "after": 1.0}},
 }
 
@@ -108,19 +113,36 @@ GOOD: dict[str, Any] = {
 @pytest.mark.parametrize(
     ("step", "outcome", "why"),
     [
-        ("probe", {"returncode": 2, "stderr": "Traceback…\ngpuscale: error: NVML cannot be loaded"},
-         "probe: gpuscale probe exited 2: gpuscale: error: NVML cannot be loaded"),
-        ("timings", {"error": "NVMLError_GpuIsLost: GPU is lost"}, "timings: NVMLError_GpuIsLost: GPU is lost"),
-        ("agent", {"error": "agent not ready in 30 s: no answer"}, "agent: agent not ready in 30 s: no answer"),
+        (
+            "probe",
+            {"returncode": 2, "stderr": "Traceback…\ngpuscale: error: NVML cannot be loaded"},
+            "probe: gpuscale probe exited 2: gpuscale: error: NVML cannot be loaded",
+        ),
+        (
+            "timings",
+            {"error": "NVMLError_GpuIsLost: GPU is lost"},
+            "timings: NVMLError_GpuIsLost: GPU is lost",
+        ),
+        (
+            "agent",
+            {"error": "agent not ready in 30 s: no answer"},
+            "agent: agent not ready in 30 s: no answer",
+        ),
         ("agent", {"dcgm_lines": []}, "agent: the agent served no DCGM_FI_DEV_* series"),
-        ("load", {"load_exit": 0, "mean_utilization": {"idle": 0.0, "load": 0.0, "after": 0.0}},
-         "load: utilization did not rise under the load and fall after (idle 0.0, load 0.0, after 0.0)"),
+        (
+            "load",
+            {"load_exit": 0, "mean_utilization": {"idle": 0.0, "load": 0.0, "after": 0.0}},
+            "load: utilization did not rise under the load and fall after (idle 0.0, load 0.0, after 0.0)",
+        ),
         ("load", {"load_exit": 1, "mean_utilization": {}}, "load: the PyTorch load exited 1"),
     ],
 )
 def test_a_failed_step_makes_it_exit_1_naming_the_step(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], step: str, outcome: dict[str, Any],
-    why: str
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    step: str,
+    outcome: dict[str, Any],
+    why: str,
 ) -> None:
     module = _load_script()
     results = {**GOOD, step: outcome}
@@ -134,7 +156,9 @@ def test_a_failed_step_makes_it_exit_1_naming_the_step(
     assert json.loads(out)["failed_steps"] == {step: why.split(": ", 1)[1]}
 
 
-def test_every_step_proved_exits_0(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_step_proved_exits_0(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     module = _load_script()
     monkeypatch.setattr(module, "probe", lambda: GOOD["probe"])
     monkeypatch.setattr(module, "timings", lambda n: GOOD["timings"])

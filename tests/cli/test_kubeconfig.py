@@ -24,11 +24,20 @@ def _free() -> int:
 
 
 def _run(command: str, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    argv = [*COMMANDS[command], "--grpc-address", f"127.0.0.1:{_free()}",
-            "--metrics-address", f"127.0.0.1:{_free()}", *extra]
+    argv = [
+        *COMMANDS[command],
+        "--grpc-address",
+        f"127.0.0.1:{_free()}",
+        "--metrics-address",
+        f"127.0.0.1:{_free()}",
+        *extra,
+    ]
     return subprocess.run(
         [sys.executable, "-m", "gpuscale", "--log-level", "error", *argv],
-        capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -51,8 +60,10 @@ def test_the_environment_variable_is_checked_the_same_way(command: str) -> None:
     [
         ("clusters: [\n", "while parsing a flow node expected the node content, but found '<stream end>'"),
         ("- a\n- b\n", "not a kubeconfig (a YAML mapping of clusters, contexts and users)"),
-        ("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\ncurrent-context: prod\n",
-         "Invalid kube-config file. Expected object with name prod in"),
+        (
+            "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\ncurrent-context: prod\n",
+            "Invalid kube-config file. Expected object with name prod in",
+        ),
     ],
     ids=["not-yaml", "a-list", "no-such-context"],
 )

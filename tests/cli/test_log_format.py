@@ -26,8 +26,13 @@ def _free() -> int:
 
 def _lines_until(argv: list[str], marker: str, env: dict[str, str] | None = None) -> list[str]:
     """Run ``gpuscale ARGV``; its stderr lines until one contains ``marker`` (then stop it with SIGTERM)."""
-    proc = subprocess.Popen([sys.executable, "-m", "gpuscale", *argv], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuscale", *argv],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
     assert proc.stderr is not None
     lines: list[str] = []
     deadline = time.monotonic() + 30
@@ -57,18 +62,42 @@ def _check_json(lines: list[str]) -> list[dict[str, str]]:
 
 @pytest.mark.timeout(60)
 def test_the_agent_logs_json_lines() -> None:
-    argv = ["--log-format", "json", "agent", "--backend", "mock", "--node-name", "node-a",
-            "--grpc-address", f"127.0.0.1:{_free()}", "--metrics-address", f"127.0.0.1:{_free()}"]
+    argv = [
+        "--log-format",
+        "json",
+        "agent",
+        "--backend",
+        "mock",
+        "--node-name",
+        "node-a",
+        "--grpc-address",
+        f"127.0.0.1:{_free()}",
+        "--metrics-address",
+        f"127.0.0.1:{_free()}",
+    ]
     objs = _check_json(_lines_until(argv, "serving gRPC"))
-    assert any(o["logger"] == "gpuscale.cli.agent" and o["message"].startswith("agent node-a serving gRPC")
-               for o in objs), objs
+    assert any(
+        o["logger"] == "gpuscale.cli.agent" and o["message"].startswith("agent node-a serving gRPC")
+        for o in objs
+    ), objs
 
 
 @pytest.mark.timeout(60)
 def test_the_scaler_and_its_ingest_workers_log_json_lines_from_the_environment() -> None:
-    argv = ["scaler", "--agents", f"127.0.0.1:{_free()}", "--ingest-workers", "1",
-            "--grpc-address", f"127.0.0.1:{_free()}", "--metrics-address", f"127.0.0.1:{_free()}"]
-    objs = _check_json(_lines_until(argv, "cannot follow its Watch stream", env={"GPUSCALE_LOG_FORMAT": "json"}))
+    argv = [
+        "scaler",
+        "--agents",
+        f"127.0.0.1:{_free()}",
+        "--ingest-workers",
+        "1",
+        "--grpc-address",
+        f"127.0.0.1:{_free()}",
+        "--metrics-address",
+        f"127.0.0.1:{_free()}",
+    ]
+    objs = _check_json(
+        _lines_until(argv, "cannot follow its Watch stream", env={"GPUSCALE_LOG_FORMAT": "json"})
+    )
     (warning,) = [o for o in objs if "cannot follow" in o["message"]]
     assert warning["process"] == "ingest" and warning["level"] == "WARNING"
 
@@ -77,8 +106,9 @@ def test_a_traceback_stays_in_its_line() -> None:
     try:
         raise ValueError("boom")
     except ValueError:
-        record = logging.LogRecord("gpuscale.x", logging.ERROR, __file__, 1, "failed %s", ("here",),
-                                   sys.exc_info())
+        record = logging.LogRecord(
+            "gpuscale.x", logging.ERROR, __file__, 1, "failed %s", ("here",), sys.exc_info()
+        )
     line = JsonFormatter().format(record)
     assert "\n" not in line
     obj = json.loads(line)
@@ -86,9 +116,16 @@ def test_a_traceback_stays_in_its_line() -> None:
     assert obj["exception"].startswith("Traceback") and obj["exception"].endswith("ValueError: boom")
 
 
-@pytest.mark.parametrize(("argv", "env"), [(["--log-format", "xml"], {}), ([], {"GPUSCALE_LOG_FORMAT": "xml"})])
+@pytest.mark.parametrize(
+    ("argv", "env"), [(["--log-format", "xml"], {}), ([], {"GPUSCALE_LOG_FORMAT": "xml"})]
+)
 def test_a_bad_log_format_is_one_line_and_exit_2(argv: list[str], env: dict[str, str]) -> None:
-    run = subprocess.run([sys.executable, "-m", "gpuscale", *argv, "probe", "--backend", "mock"],
-                         capture_output=True, text=True, timeout=30, env={**os.environ, **env})
+    run = subprocess.run(
+        [sys.executable, "-m", "gpuscale", *argv, "probe", "--backend", "mock"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, **env},
+    )
     assert run.returncode == 2
     assert run.stderr.splitlines() == ['gpuscale: error: --log-format "xml" must be one of text, json']

@@ -113,8 +113,14 @@ def test_environment_variables_set_defaults() -> None:
         (["--backend", "mock", "--mock-model", "v100"], 'gpuscale: error: mock model "v100" is unknown'),
         (["--backend", "mock", "--watch", "0"], 'gpuscale: error: --watch "0" must be greater than 0'),
         (["--backend", "mock", "--watch=-1"], 'gpuscale: error: --watch "-1" must be greater than 0'),
-        (["--backend", "mock", "--watch", "0.01"], 'gpuscale: error: --watch "0.01" must be at least 0.1 seconds'),
-        (["--backend", "mock", "--watch", "soon"], 'gpuscale: error: --watch "soon" must be a number of seconds'),
+        (
+            ["--backend", "mock", "--watch", "0.01"],
+            'gpuscale: error: --watch "0.01" must be at least 0.1 seconds',
+        ),
+        (
+            ["--backend", "mock", "--watch", "soon"],
+            'gpuscale: error: --watch "soon" must be a number of seconds',
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
@@ -176,9 +182,25 @@ def _watch_in_a_pipe(*extra: str, frames: int, is_frame: str) -> tuple[list[str]
     ``is_frame``, then SIGTERM it. The lines, the frames seen, the rest of the output, the exit code."""
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpuscale", "probe", "--backend", "mock", "--mock-gpus", "2",
-         "--mock-pattern", "constant:37", "--watch", "0.3", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        [
+            sys.executable,
+            "-m",
+            "gpuscale",
+            "probe",
+            "--backend",
+            "mock",
+            "--mock-gpus",
+            "2",
+            "--mock-pattern",
+            "constant:37",
+            "--watch",
+            "0.3",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     assert proc.stdout is not None
     lines: list[str] = []

@@ -43,17 +43,39 @@ def test_the_readme_query_answers_what_the_readme_says() -> None:
     agent_grpc, scaler_grpc = _free(), _free()
 
     def moved(argv: list[str]) -> list[str]:
-        return [a.replace("127.0.0.1:6000", f"127.0.0.1:{agent_grpc}").replace(
-            "127.0.0.1:6001", f"127.0.0.1:{scaler_grpc}") for a in argv]
+        return [
+            a.replace("127.0.0.1:6000", f"127.0.0.1:{agent_grpc}").replace(
+                "127.0.0.1:6001", f"127.0.0.1:{scaler_grpc}"
+            )
+            for a in argv
+        ]
 
     env = {**os.environ, "COLUMNS": "200"}
     procs = [
-        subprocess.Popen(_gpuscale(*moved(cmds["agent"]), "--grpc-address", f"127.0.0.1:{agent_grpc}",
-                                   "--metrics-address", f"127.0.0.1:{_free()}"),
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env),
-        subprocess.Popen(_gpuscale(*moved(cmds["scaler"]), "--grpc-address", f"127.0.0.1:{scaler_grpc}",
-                                   "--metrics-address", f"127.0.0.1:{_free()}"),
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env),
+        subprocess.Popen(
+            _gpuscale(
+                *moved(cmds["agent"]),
+                "--grpc-address",
+                f"127.0.0.1:{agent_grpc}",
+                "--metrics-address",
+                f"127.0.0.1:{_free()}",
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        ),
+        subprocess.Popen(
+            _gpuscale(
+                *moved(cmds["scaler"]),
+                "--grpc-address",
+                f"127.0.0.1:{scaler_grpc}",
+                "--metrics-address",
+                f"127.0.0.1:{_free()}",
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        ),
     ]
     try:
         query = _gpuscale(*moved(cmds["query"]))
@@ -71,8 +93,16 @@ def test_the_readme_query_answers_what_the_readme_says() -> None:
         # The workload query the README describes: 0 and inactive, as it says.
         command, *argv = moved(cmds["query"])
         pairs = list(zip(argv[::2], argv[1::2], strict=True))  # --flag value and -m key=value, in pairs
-        workload = [command] + [x for flag, value in pairs if not value.startswith(("scope=", "nodeSelector="))
-                    for x in (flag, value)] + ["-m", "podSelector=app=llm"]
+        workload = (
+            [command]
+            + [
+                x
+                for flag, value in pairs
+                if not value.startswith(("scope=", "nodeSelector="))
+                for x in (flag, value)
+            ]
+            + ["-m", "podSelector=app=llm"]
+        )
         run = subprocess.run(_gpuscale(*workload), capture_output=True, text=True, timeout=30, env=env)
         assert run.returncode == 0, run.stderr
         assert "value 0 (int 0)\n" in run.stdout and run.stdout.endswith("IsActive: false\n"), run.stdout

@@ -22,8 +22,12 @@ RELEASE, NAMESPACE = "gpuscale", "gpuscale"
 
 # Kinds no Kubernetes schema covers: (apiVersion, kind) -> how they are checked instead.
 KEDA_KINDS = {("keda.sh/v1alpha1", "ScaledObject"), ("keda.sh/v1alpha1", "TriggerAuthentication")}
-NOT_IN_KUBERNETES = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule"),
-                     ("cert-manager.io/v1", "Certificate"), *KEDA_KINDS}
+NOT_IN_KUBERNETES = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
+    ("cert-manager.io/v1", "Certificate"),
+    *KEDA_KINDS,
+}
 
 
 # The chart has no default image (nothing publishes one): the tests install one a user built and pushed.
@@ -60,7 +64,9 @@ def objects(manifests: Mapping[str, str]) -> list[dict[str, Any]]:
 
 def find(objs: Iterable[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
     matches = [o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
-    assert len(matches) == 1, f"{len(matches)} {kind} {name or ''}: {[o['metadata']['name'] for o in matches]}"
+    assert len(matches) == 1, (
+        f"{len(matches)} {kind} {name or ''}: {[o['metadata']['name'] for o in matches]}"
+    )
     return matches[0]
 
 

@@ -95,18 +95,38 @@ def scrape_config(
     ep = spec["endpoints"][index]
     relabel: list[dict[str, Any]] = [{"source_labels": ["job"], "target_label": "__tmp_prometheus_job_name"}]
     for k, v in sorted(spec["selector"].get("matchLabels", {}).items()):
-        relabel.append({
-            "action": "keep",
-            "source_labels": [f"__meta_kubernetes_service_label_{_sanitize(k)}",
-                              f"__meta_kubernetes_service_labelpresent_{_sanitize(k)}"],
-            "regex": f"({v});true",
-        })
-    relabel.append({"action": "keep", "source_labels": ["__meta_kubernetes_endpoint_port_name"],
-                    "regex": ep["port"]})
-    kind = ["__meta_kubernetes_endpoint_address_target_kind", "__meta_kubernetes_endpoint_address_target_name"]
+        relabel.append(
+            {
+                "action": "keep",
+                "source_labels": [
+                    f"__meta_kubernetes_service_label_{_sanitize(k)}",
+                    f"__meta_kubernetes_service_labelpresent_{_sanitize(k)}",
+                ],
+                "regex": f"({v});true",
+            }
+        )
+    relabel.append(
+        {"action": "keep", "source_labels": ["__meta_kubernetes_endpoint_port_name"], "regex": ep["port"]}
+    )
+    kind = [
+        "__meta_kubernetes_endpoint_address_target_kind",
+        "__meta_kubernetes_endpoint_address_target_name",
+    ]
     relabel += [
-        {"source_labels": kind, "separator": ";", "regex": "Node;(.*)", "replacement": "${1}", "target_label": "node"},
-        {"source_labels": kind, "separator": ";", "regex": "Pod;(.*)", "replacement": "${1}", "target_label": "pod"},
+        {
+            "source_labels": kind,
+            "separator": ";",
+            "regex": "Node;(.*)",
+            "replacement": "${1}",
+            "target_label": "node",
+        },
+        {
+            "source_labels": kind,
+            "separator": ";",
+            "regex": "Pod;(.*)",
+            "replacement": "${1}",
+            "target_label": "pod",
+        },
         {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
         {"source_labels": ["__meta_kubernetes_service_name"], "target_label": "service"},
         {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},

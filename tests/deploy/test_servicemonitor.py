@@ -32,8 +32,14 @@ AGENT_POD = "gpuscale-agent-x7k2p"
 
 def _panel_exprs(title: str) -> list[str]:
     (panel,) = [p for p in json.loads(DASHBOARD.read_text())["panels"] if p["title"] == title]
-    return [t["expr"].replace("$namespace", ".*").replace("$hostname_label", "Hostname").replace("$node", ".*")
-            .replace("$job", "gpuscale-agent") for t in panel["targets"]]
+    return [
+        t["expr"]
+        .replace("$namespace", ".*")
+        .replace("$hostname_label", "Hostname")
+        .replace("$node", ".*")
+        .replace("$job", "gpuscale-agent")
+        for t in panel["targets"]
+    ]
 
 
 def _configs(values: dict[str, Any], agent_port: int, scaler_ports: list[int]) -> list[dict[str, Any]]:
@@ -43,9 +49,15 @@ def _configs(values: dict[str, Any], agent_port: int, scaler_ports: list[int]) -
         monitor = find(objs, "ServiceMonitor", f"gpuscale-{component}")
         service = find(objs, "Service", f"gpuscale-{component}")
         targets = [
-            Target(f"127.0.0.1:{port}", NAMESPACE, service["metadata"]["name"], service["metadata"]["labels"],
-                   pod=AGENT_POD if component == "agent" else f"gpuscale-scaler-6b9c7-{i}", container=container,
-                   node="node-a" if component == "agent" else f"cpu-{i}")
+            Target(
+                f"127.0.0.1:{port}",
+                NAMESPACE,
+                service["metadata"]["name"],
+                service["metadata"]["labels"],
+                pod=AGENT_POD if component == "agent" else f"gpuscale-scaler-6b9c7-{i}",
+                container=container,
+                node="node-a" if component == "agent" else f"cpu-{i}",
+            )
             for i, port in enumerate(ports)
         ]
         configs.append(scrape_config(monitor, targets))
@@ -55,8 +67,11 @@ def _configs(values: dict[str, Any], agent_port: int, scaler_ports: list[int]) -
 async def _two_scalers(agent_grpc: int) -> list[Scaler]:
     scalers = []
     for _ in range(2):
-        s = Scaler(ScalerSettings(agents=(f"127.0.0.1:{agent_grpc}",), grpc_address="127.0.0.1:0",
-                                  metrics_address="127.0.0.1:0"))
+        s = Scaler(
+            ScalerSettings(
+                agents=(f"127.0.0.1:{agent_grpc}",), grpc_address="127.0.0.1:0", metrics_address="127.0.0.1:0"
+            )
+        )
         await s.start()
         scalers.append(s)
     while any(s.pool.connected < 1 for s in scalers):
@@ -76,6 +91,7 @@ async def test_servicemonitors_through_the_operators_relabelling(
     free = agent.state.devices[4].uuid
     scalers = await _two_scalers(agent.grpc_port)
     try:
+
         def check() -> None:
             configs = _configs({}, agent.metrics_port, [s.metrics_port for s in scalers])
             with run_prometheus(tmp_path, [], scrape_configs=configs) as prom:
@@ -99,11 +115,14 @@ async def test_servicemonitors_through_the_operators_relabelling(
                 from gpuscale import __version__
 
                 builds = prom.wait_for("gpuscale_build_info", min_series=3)
-                assert sorted((b["metric"]["job"], b["metric"]["component"], b["metric"]["version"],
-                               b["value"][1]) for b in builds) == [
+                assert sorted(
+                    (b["metric"]["job"], b["metric"]["component"], b["metric"]["version"], b["value"][1])
+                    for b in builds
+                ) == [
                     ("gpuscale-agent", "agent", __version__, "1"),
                     ("gpuscale-scaler", "scaler", __version__, "1"),
-                    ("gpuscale-scaler", "scaler", __version__, "1")]
+                    ("gpuscale-scaler", "scaler", __version__, "1"),
+                ]
                 for job in ("gpuscale-agent", "gpuscale-scaler"):
                     assert _one(prom, f'max(process_resident_memory_bytes{{job="{job}"}})') > 0
                     assert prom.wait_for(f'process_cpu_seconds_total{{job="{job}"}}')
@@ -141,7 +160,9 @@ async def test_with_honor_labels_off_the_workload_labels_are_exported(
     held = agent.state.devices[0].uuid
 
     def check() -> None:
-        (config, _) = _configs({"serviceMonitor": {"enabled": True, "honorLabels": False}}, agent.metrics_port, [])
+        (config, _) = _configs(
+            {"serviceMonitor": {"enabled": True, "honorLabels": False}}, agent.metrics_port, []
+        )
         with run_prometheus(tmp_path, [], scrape_configs=[config]) as prom:
             (series,) = prom.wait_for(f'DCGM_FI_DEV_GPU_UTIL{{UUID="{held}"}}')
             assert (series["metric"]["exported_pod"], series["metric"]["pod"]) == (POD_A, AGENT_POD)

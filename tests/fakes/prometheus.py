@@ -68,11 +68,17 @@ class PrometheusServer:
 
 
 @contextmanager
-def run_prometheus(tmp: Path, targets: Sequence[str], *, scrape_interval: str = "1s",
-                   honor_labels: bool = True, target_labels: Mapping[str, str] | None = None,
-                   name: str = "prometheus",
-                   scrape_configs: Sequence[Mapping[str, Any]] | None = None,
-                   rule_files: Sequence[Path] = ()) -> Iterator[PrometheusServer]:
+def run_prometheus(
+    tmp: Path,
+    targets: Sequence[str],
+    *,
+    scrape_interval: str = "1s",
+    honor_labels: bool = True,
+    target_labels: Mapping[str, str] | None = None,
+    name: str = "prometheus",
+    scrape_configs: Sequence[Mapping[str, Any]] | None = None,
+    rule_files: Sequence[Path] = (),
+) -> Iterator[PrometheusServer]:
     """Prometheus scraping ``targets``. ``target_labels``: labels Prometheus attaches to the targets (as a
     ServiceMonitor does with the scraped pod's ``namespace``/``pod``); with ``honor_labels=False`` they win,
     and the agent's own labels of those names arrive as ``exported_*``. ``scrape_configs``: whole scrape
@@ -85,8 +91,11 @@ def run_prometheus(tmp: Path, targets: Sequence[str], *, scrape_interval: str = 
     port = free_port()
     cfg = tmp / f"{name}.yml"
     if scrape_configs is None:
-        job: dict[str, Any] = {"job_name": "gpuscale-agent", "honor_labels": honor_labels,
-                               "static_configs": [{"targets": list(targets)}]}
+        job: dict[str, Any] = {
+            "job_name": "gpuscale-agent",
+            "honor_labels": honor_labels,
+            "static_configs": [{"targets": list(targets)}],
+        }
         if target_labels:
             job["static_configs"][0]["labels"] = dict(target_labels)
         scrape_configs = [job]
@@ -100,9 +109,16 @@ def run_prometheus(tmp: Path, targets: Sequence[str], *, scrape_interval: str = 
     data = tmp / f"{name}-data"
     log = (tmp / f"{name}.log").open("w")
     proc = subprocess.Popen(
-        [binary, f"--config.file={cfg}", f"--storage.tsdb.path={data}", f"--web.listen-address=127.0.0.1:{port}",
-         "--storage.tsdb.retention.time=1h", "--log.level=warn"],
-        stdout=subprocess.DEVNULL, stderr=log,
+        [
+            binary,
+            f"--config.file={cfg}",
+            f"--storage.tsdb.path={data}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=1h",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=log,
     )
     server = PrometheusServer(port)
     try:

@@ -34,16 +34,36 @@ async def test_sigterm_then_sigkill_of_an_agent_process_changes_no_answer(
     await kubelet.start()
     uuids = [_mock_uuid("GPU", "node-a", 0, i) for i in range(2)]
     for i, (name, app) in enumerate((("solo-0", "solo"), ("llm-0", "llm"))):
-        cluster.apiserver.add_pod(make_pod("default", name, node="node-a", labels={"app": app},
-                                           limits={"nvidia.com/gpu": "1"}))
+        cluster.apiserver.add_pod(
+            make_pod("default", name, node="node-a", labels={"app": app}, limits={"nvidia.com/gpu": "1"})
+        )
         kubelet.pods.append(pod_resources("default", name, {"main": [("nvidia.com/gpu", [uuids[i]])]}))
     await cluster.node("node-b", "constant:70", gpus=1)
     cluster.add_pod("default", "llm-1", "node-b", [0], {"app": "llm"})
     grpc_port, metrics_port = free_ports(2)
-    args = ["agent", "--backend", "mock", "--mock-gpus", "2", "--mock-pattern", "constant:70",
-            "--node-name", "node-a", "--interval", "0.2", "--attribution-interval", "0.2",
-            "--grpc-address", f"127.0.0.1:{grpc_port}", "--metrics-address", f"127.0.0.1:{metrics_port}",
-            "--kubelet-socket", str(kubelet.socket_path), "--kubeconfig", str(cluster.kubeconfig)]
+    args = [
+        "agent",
+        "--backend",
+        "mock",
+        "--mock-gpus",
+        "2",
+        "--mock-pattern",
+        "constant:70",
+        "--node-name",
+        "node-a",
+        "--interval",
+        "0.2",
+        "--attribution-interval",
+        "0.2",
+        "--grpc-address",
+        f"127.0.0.1:{grpc_port}",
+        "--metrics-address",
+        f"127.0.0.1:{metrics_port}",
+        "--kubelet-socket",
+        str(kubelet.socket_path),
+        "--kubeconfig",
+        str(cluster.kubeconfig),
+    ]
 
     async def start(n: int) -> Child:
         child = await start_child("agent", args, tmp_path / f"agent-{n}.log")
@@ -51,7 +71,9 @@ async def test_sigterm_then_sigkill_of_an_agent_process_changes_no_answer(
         return child
 
     agent = await start(0)
-    scaler = await cluster.scaler(kube=False, agents=(f"127.0.0.1:{grpc_port}", cluster.nodes["node-b"].address))
+    scaler = await cluster.scaler(
+        kube=False, agents=(f"127.0.0.1:{grpc_port}", cluster.nodes["node-b"].address)
+    )
     client = keda(scaler.grpc_port)
 
     async def answer(md: dict[str, str]) -> float | grpc.StatusCode:

@@ -46,8 +46,28 @@ async def _healthy(cluster: Cluster, keda: Callable[[int], KedaClient]) -> tuple
 
 VALUES = st.one_of(
     st.text(max_size=30),
-    st.sampled_from(["70", "0", "-1", "1e999", "nan", "40Gi", "p95", "pool", "node", "container", "app=llm",
-                     "a in ()", "!x", "kubernetes.io/hostname", "llm-serving", "memory_used", "1", "120"]),
+    st.sampled_from(
+        [
+            "70",
+            "0",
+            "-1",
+            "1e999",
+            "nan",
+            "40Gi",
+            "p95",
+            "pool",
+            "node",
+            "container",
+            "app=llm",
+            "a in ()",
+            "!x",
+            "kubernetes.io/hostname",
+            "llm-serving",
+            "memory_used",
+            "1",
+            "120",
+        ]
+    ),
 )
 KEY = st.one_of(st.sampled_from([*KEYS, "scalerAddress", "targetValueFromEnv"]), st.text(max_size=12))
 REFS = st.fixed_dictionaries(
@@ -118,8 +138,9 @@ async def test_oversized_message_is_refused_by_grpc_itself(
     assert await client.value(HEALTHY) == 40.0
 
 
-async def test_garbage_bytes_on_the_method_path(cluster: Cluster, keda: Callable[[int], KedaClient],
-                                                caplog: pytest.LogCaptureFixture) -> None:
+async def test_garbage_bytes_on_the_method_path(
+    cluster: Cluster, keda: Callable[[int], KedaClient], caplog: pytest.LogCaptureFixture
+) -> None:
     scaler, client = await _healthy(cluster, keda)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{scaler.grpc_port}") as ch:
         raw = ch.unary_unary(GET_METRICS, request_serializer=None, response_deserializer=None)  # type: ignore[var-annotated]

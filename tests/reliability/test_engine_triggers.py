@@ -13,7 +13,13 @@ from tests.fakes.apiserver import make_pod
 from tests.fakes.kubelet import pod_resources
 from tests.scaler.conftest import Cluster, KedaClient, until
 
-QUEUE = {"podSelector": "app=llm", "metric": "queue_length", "targetValue": "4", "window": "0", "staleAfter": "2"}
+QUEUE = {
+    "podSelector": "app=llm",
+    "metric": "queue_length",
+    "targetValue": "4",
+    "window": "0",
+    "staleAfter": "2",
+}
 
 
 def exposition(waiting: float, running: float = 3.0) -> str:
@@ -122,7 +128,10 @@ async def test_queue_length_is_the_sum_over_the_workloads_pods_and_a_dead_endpoi
     await until(lambda: is_(12.0), timeout=10, what="llm-b missing")
     code, message = await client.code_of(client.metrics({**QUEUE, "maxMissingPercent": "10"}))
     assert code == grpc.StatusCode.UNAVAILABLE
-    assert "1 of 2 GPU pods have no fresh sample" in message and "node-2 (engine not read: connect_error" in message
+    assert (
+        "1 of 2 GPU pods have no fresh sample" in message
+        and "node-2 (engine not read: connect_error" in message
+    )
     assert scaler.metrics.missing_pods.labels("default", "so")._value.get() == 1
 
 

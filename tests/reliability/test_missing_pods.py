@@ -193,7 +193,9 @@ async def test_a_scaler_restarted_while_an_agent_hangs_counts_that_nodes_pods_fr
             await asyncio.sleep(0.3)
             answers[kube] = await answer(client, LLM)
         assert answers[False] == pytest.approx(240.0)  # 8 pods known, x 30: the HPA would ask 4
-        assert answers[True] == pytest.approx(240.0 + 2 * 60.0)  # node-4's 2 pods at the target: the HPA asks 6
+        assert answers[True] == pytest.approx(
+            240.0 + 2 * 60.0
+        )  # node-4's 2 pods at the target: the HPA asks 6
     finally:
         await hung.stop()
 
@@ -206,8 +208,11 @@ async def test_per_scaledobject_series_say_the_last_value_target_and_code(
     client = keda(scaler.grpc_port)
     await until(lambda: _is(client, LLM, 700.0), what="10 pods at 70")
     m = scaler.metrics
-    assert (m.trigger_value.labels("default", "so")._value.get(), m.trigger_target.labels("default", "so")._value.get(),
-            m.trigger_code.labels("default", "so")._value.get()) == (700.0, 60.0, 0)
+    assert (
+        m.trigger_value.labels("default", "so")._value.get(),
+        m.trigger_target.labels("default", "so")._value.get(),
+        m.trigger_code.labels("default", "so")._value.get(),
+    ) == (700.0, 60.0, 0)
     for n in range(5):
         await cluster.kill(f"node-{n}")
     await until(lambda: _code(client), what="UNAVAILABLE")
@@ -235,16 +240,30 @@ async def test_query_explain_says_what_the_scaledobject_resolved_to_and_why(
     await until(lambda: _is(client, LLM, 600.0), timeout=10, what="node-4's pods missing")
     parser = argparse.ArgumentParser()
     query_cli.register(parser.add_subparsers())
-    argv = ["query", "--address", "127.0.0.1:1", "--name", "so", "--explain", f"127.0.0.1:{scaler.metrics_port}",
-            "--json", *(x for k, v in LLM.items() for x in ("-m", f"{k}={v}"))]
+    argv = [
+        "query",
+        "--address",
+        "127.0.0.1:1",
+        "--name",
+        "so",
+        "--explain",
+        f"127.0.0.1:{scaler.metrics_port}",
+        "--json",
+        *(x for k, v in LLM.items() for x in ("-m", f"{k}={v}")),
+    ]
     args = parser.parse_args(argv)
     assert await asyncio.to_thread(args.func, args) == 0
     e = json.loads(capsys.readouterr().out)
     assert e["query"]["podSelector"] == "app=llm" and len(e["gpuPods"]) == 10
-    assert sorted(p["pod"] for p in e["gpuPods"] if not p["agentConnected"]) == ["default/llm-4-0", "default/llm-4-1"]
+    assert sorted(p["pod"] for p in e["gpuPods"] if not p["agentConnected"]) == [
+        "default/llm-4-0",
+        "default/llm-4-1",
+    ]
     fresh = [g for g in e["gpus"] if "value" in g]
     assert len(fresh) == 8 and all(g["value"] == 70 and g["newestSampleAge"] < 1 for g in fresh)
-    assert [g["leftOut"] for g in e["gpus"] if "leftOut" in g] == ["no sample of the metric newer than staleAfter"] * 2
+    assert [g["leftOut"] for g in e["gpus"] if "leftOut" in g] == [
+        "no sample of the metric newer than staleAfter"
+    ] * 2
     assert e["answer"]["value"] == 600 and e["answer"]["missingWhere"] == ["node-4 (agent gone: 2 pods)"]
     args = parser.parse_args([a for a in argv if a != "--json"])
     assert await asyncio.to_thread(args.func, args) == 0

@@ -63,7 +63,9 @@ CASES = [
 ]
 
 
-async def test_two_replicas_give_the_same_answers(cluster: Cluster, keda: Callable[[int], KedaClient]) -> None:
+async def test_two_replicas_give_the_same_answers(
+    cluster: Cluster, keda: Callable[[int], KedaClient]
+) -> None:
     await _cluster(cluster)
     replicas: list[Scaler] = [await cluster.scaler(kube=False), await cluster.scaler(kube=False)]
     clients = [keda(r.grpc_port) for r in replicas]

@@ -183,7 +183,11 @@ def test_shards_are_stable_and_spread() -> None:
     )
     for seed in ("1", "2"):
         out = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True,
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
             env={**os.environ, "PYTHONHASHSEED": seed},
         )
         assert out.stdout.strip() == str([shard_of(a, 4) for a in addresses])

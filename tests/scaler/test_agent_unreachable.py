@@ -34,12 +34,18 @@ def _fast(**kw: object) -> SubscriberSettings:
 
 
 def _warnings(caplog: pytest.LogCaptureFixture, address: str) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.name == LOGGER and r.levelno == logging.WARNING and address in r.getMessage()]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == LOGGER and r.levelno == logging.WARNING and address in r.getMessage()
+    ]
 
 
 async def _readyz(scaler: Scaler) -> tuple[int, str]:
-    async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{scaler.metrics_port}/readyz") as r:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"http://127.0.0.1:{scaler.metrics_port}/readyz") as r,
+    ):
         return r.status, await r.text()
 
 
@@ -57,8 +63,12 @@ async def test_a_dead_address_is_logged_once_at_once_and_named_by_readyz(
     caplog.set_level(logging.INFO, logger=LOGGER)
     dead = _dead_address()
     live = await cluster.node("node-a", "constant:40", gpus=1)
-    scaler = await cluster.scaler(kube=False, agents=(live.address, dead), ready_grace_s=0.2,
-                                  subscriber=_fast(failure_log_interval_s=3600))
+    scaler = await cluster.scaler(
+        kube=False,
+        agents=(live.address, dead),
+        ready_grace_s=0.2,
+        subscriber=_fast(failure_log_interval_s=3600),
+    )
     await _failures(scaler, dead, 5)
     (warning,) = _warnings(caplog, dead)  # the first failure, at once; the next four within the hour: not
     assert warning == (
@@ -78,8 +88,10 @@ async def test_a_dead_address_is_logged_once_at_once_and_named_by_readyz(
     lines = body.splitlines()
     assert lines[:2] == ["ok", "1 of 2 agents connected; not connected:"]
     assert lines[2].startswith(f"  {dead}: UNAVAILABLE: failed to connect to all addresses")
-    assert lines[2].endswith("Connection refused (nothing listens on that port: is the agent running there, "
-                             "with this --grpc-address port?)")
+    assert lines[2].endswith(
+        "Connection refused (nothing listens on that port: is the agent running there, "
+        "with this --grpc-address port?)"
+    )
     assert len(lines) == 3  # the live agent is not listed
 
     # The agent comes up on that port: it is followed, said so, and /readyz lists nobody.
@@ -90,12 +102,17 @@ async def test_a_dead_address_is_logged_once_at_once_and_named_by_readyz(
         return (await _readyz(scaler))[1] == "ok\n2 of 2 agents connected\n"
 
     await until(all_connected, what="both agents followed")
-    followed = [r.getMessage() for r in caplog.records if r.name == LOGGER and dead in r.getMessage()
-                and "following node node-b" in r.getMessage()]
+    followed = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == LOGGER and dead in r.getMessage() and "following node node-b" in r.getMessage()
+    ]
     assert len(followed) == 1 and " after " in followed[0] and followed[0].endswith(" failed attempts")
 
 
-async def test_further_failures_are_summed_up_at_most_every_interval(caplog: pytest.LogCaptureFixture) -> None:
+async def test_further_failures_are_summed_up_at_most_every_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """The subscriber's clock advances 10 s per failed attempt; the summary interval is 30 s."""
     from gpuscale.scaler.subscriber import AgentSubscriber
 
@@ -118,8 +135,9 @@ async def test_further_failures_are_summed_up_at_most_every_interval(caplog: pyt
     messages = _warnings(caplog, dead)
     assert messages[0].startswith(f"agent {dead}: cannot follow its Watch stream: UNAVAILABLE: ")
     # attempts 1 (t=0), 4 (t=30), 7 (t=60), 10 (t=90)
-    assert [m.split(": still cannot follow its Watch stream: ")[1].split(", the newest")[0]
-            for m in messages[1:4]] == [
+    assert [
+        m.split(": still cannot follow its Watch stream: ")[1].split(", the newest")[0] for m in messages[1:4]
+    ] == [
         "4 attempts failed in 30s (3 since the last report)",
         "7 attempts failed in 60s (3 since the last report)",
         "10 attempts failed in 90s (3 since the last report)",
@@ -134,15 +152,18 @@ async def test_plaintext_against_a_tls_agent_says_tls_mismatch(
 
     caplog.set_level(logging.INFO, logger=LOGGER)
     pki = make_pki(tmp_path)
-    node = await cluster.node("node-a", "constant:40", gpus=1,
-                              tls=TlsFiles(pki.service_cert, pki.service_key, client_ca=pki.ca))
+    node = await cluster.node(
+        "node-a", "constant:40", gpus=1, tls=TlsFiles(pki.service_cert, pki.service_key, client_ca=pki.ca)
+    )
     scaler = await cluster.scaler(kube=False, ready_grace_s=0.2, subscriber=_fast())
     await _failures(scaler, node.address, 1)
     (warning,) = _warnings(caplog, node.address)[:1]
     assert warning.startswith(f"agent {node.address}: cannot follow its Watch stream: UNAVAILABLE: ")
-    assert ("(the agent closed the connection: TLS mismatch? this scaler dials without TLS, and an agent that "
-            "serves TLS (its --tls-cert; chart agent.tls) closes such connections: give the scaler "
-            "--agent-tls-ca)") in warning
+    assert (
+        "(the agent closed the connection: TLS mismatch? this scaler dials without TLS, and an agent that "
+        "serves TLS (its --tls-cert; chart agent.tls) closes such connections: give the scaler "
+        "--agent-tls-ca)"
+    ) in warning
 
     async def named() -> bool:
         return "TLS mismatch? this scaler dials without TLS" in (await _readyz(scaler))[1]
@@ -159,10 +180,16 @@ async def test_tls_against_a_plaintext_agent_says_tls_mismatch(
     caplog.set_level(logging.INFO, logger=LOGGER)
     pki = make_pki(tmp_path)
     node = await cluster.node("node-a", "constant:40", gpus=1)
-    tls = _fast(tls_ca=str(pki.ca), tls_cert=str(pki.service_cert), tls_key=str(pki.service_key),
-                tls_server_name=SERVICE_NAME)
+    tls = _fast(
+        tls_ca=str(pki.ca),
+        tls_cert=str(pki.service_cert),
+        tls_key=str(pki.service_key),
+        tls_server_name=SERVICE_NAME,
+    )
     scaler = await cluster.scaler(kube=False, subscriber=tls)
     await _failures(scaler, node.address, 1)
     warning = _warnings(caplog, node.address)[0]
-    assert ("(TLS mismatch: this scaler dials with TLS (--agent-tls-ca) and the handshake failed: the agent "
-            "may serve plaintext (no --tls-cert), or --agent-tls-ca did not sign its certificate)") in warning
+    assert (
+        "(TLS mismatch: this scaler dials with TLS (--agent-tls-ca) and the handshake failed: the agent "
+        "may serve plaintext (no --tls-cert), or --agent-tls-ca did not sign its certificate)"
+    ) in warning

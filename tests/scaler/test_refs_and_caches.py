@@ -64,7 +64,9 @@ async def test_a_ref_no_object_can_have_is_invalid_argument_and_never_asked_of_t
 
 async def test_a_good_ref_is_resolved(stub: tuple[pb_grpc.ExternalScalerStub, Resolver]) -> None:
     client, resolver = stub
-    ref = pb.ScaledObjectRef(name="llm.v2", namespace="default", scalerMetadata={"targetValue": "60", "window": "0"})
+    ref = pb.ScaledObjectRef(
+        name="llm.v2", namespace="default", scalerMetadata={"targetValue": "60", "window": "0"}
+    )
     value = await client.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=ref))
     assert value.metricValues[0].metricValueFloat == 50 and resolver.asked == [("default", "llm.v2")]
 

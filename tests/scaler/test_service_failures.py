@@ -166,7 +166,9 @@ async def test_unexpected_exception_is_internal_for_that_call_only(
     await until(answers, what="the next call answers")
 
 
-async def test_request_metrics_by_method_and_code(cluster: Cluster, keda: Callable[[int], KedaClient]) -> None:
+async def test_request_metrics_by_method_and_code(
+    cluster: Cluster, keda: Callable[[int], KedaClient]
+) -> None:
     import aiohttp
 
     scaler = await cluster.scaler(kube=False, agents=())
@@ -233,7 +235,12 @@ async def test_dns_name_without_agents_yet_is_ready_then_follows_them(
 
         await until(ready, what="ready with no agent")
     client = keda(scaler.grpc_port)
-    md = {"scope": "pool", "nodeSelector": "kubernetes.io/hostname=node-a", "targetValue": "60", "window": "0"}
+    md = {
+        "scope": "pool",
+        "nodeSelector": "kubernetes.io/hostname=node-a",
+        "targetValue": "60",
+        "window": "0",
+    }
     code, message = await client.code_of(client.metrics(md))
     assert (code, message) == (
         grpc.StatusCode.UNAVAILABLE,

@@ -17,10 +17,18 @@ from gpuscale.scaler.local import add_node_scope
 
 from .conftest import Cluster, KedaClient, until
 
-FLIP = {"podSelector": "app=llm", "targetValue": "60", "activationValue": "50", "window": "0", "staleAfter": "2"}
+FLIP = {
+    "podSelector": "app=llm",
+    "targetValue": "60",
+    "activationValue": "50",
+    "window": "0",
+    "staleAfter": "2",
+}
 
 
-async def test_stream_sees_activity_flip_both_ways(cluster: Cluster, keda: Callable[[int], KedaClient]) -> None:
+async def test_stream_sees_activity_flip_both_ways(
+    cluster: Cluster, keda: Callable[[int], KedaClient]
+) -> None:
     node = await cluster.node("node-a", "square:0:80:1.2", gpus=1)  # 0 % for 0.6 s, 80 % for 0.6 s, …
     cluster.add_pod("default", "llm-0", "node-a", [0], {"app": "llm"})
     scaler = await cluster.scaler(kube=False)
@@ -43,7 +51,9 @@ async def test_stream_sees_activity_flip_both_ways(cluster: Cluster, keda: Calla
     await _until_streams(scaler, 0)
 
 
-async def test_stream_waits_for_data_then_answers(cluster: Cluster, keda: Callable[[int], KedaClient]) -> None:
+async def test_stream_waits_for_data_then_answers(
+    cluster: Cluster, keda: Callable[[int], KedaClient]
+) -> None:
     scaler = await cluster.scaler(kube=False, agents=())
     client = keda(scaler.grpc_port)
     md = {**FLIP, "activationValue": "10"}
@@ -79,10 +89,16 @@ async def test_stream_with_invalid_metadata_ends_with_invalid_argument(
 async def test_agent_serves_node_scope() -> None:
     """The wiring of `gpuscale agent --serve-external-scaler`: the agent answers scope node from memory."""
     settings = AgentSettings(
-        node_name="node-a", interval=0.1, grpc_address="127.0.0.1:0", metrics_address="127.0.0.1:0",
-        kubelet_socket=Path("/nonexistent/kubelet.sock"), serve_external_scaler=True,
+        node_name="node-a",
+        interval=0.1,
+        grpc_address="127.0.0.1:0",
+        metrics_address="127.0.0.1:0",
+        kubelet_socket=Path("/nonexistent/kubelet.sock"),
+        serve_external_scaler=True,
     )
-    agent = Agent(settings, MockBackend(MockConfig(gpus=2, patterns=parse_patterns("constant:30,constant:70"))))
+    agent = Agent(
+        settings, MockBackend(MockConfig(gpus=2, patterns=parse_patterns("constant:30,constant:70")))
+    )
     agent.extra_services.append(lambda server: add_node_scope(server, agent.state, registry=agent.registry))  # type: ignore[arg-type]
     await agent.start()
     try:

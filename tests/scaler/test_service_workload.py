@@ -58,7 +58,9 @@ async def test_two_nodes_only_the_workloads_gpus_count(
     ]
     (value,) = (await client.metrics(LLM, metric="gpuscale-gpu-utilization-avg")).metricValues
     assert (value.metricName, value.metricValue, value.metricValueFloat) == (
-        "gpuscale-gpu-utilization-avg", 120, 120.0,
+        "gpuscale-gpu-utilization-avg",
+        120,
+        120.0,
     )
     assert await client.active(LLM)
     other = {**LLM, "podSelector": "app=other", "aggregation": "max"}
@@ -135,7 +137,9 @@ async def test_pods_on_gpu_nodes_without_an_attributed_gpu_are_unavailable_not_z
     vlm = {**LLM, "podSelector": "app=vlm"}
     code, message = await client.code_of(client.value(vlm))
     assert code == grpc.StatusCode.UNAVAILABLE
-    assert message.startswith("ScaledObject default/so: 2 pods asking for a GPU run on GPU nodes, but no GPU is attributed")
+    assert message.startswith(
+        "ScaledObject default/so: 2 pods asking for a GPU run on GPU nodes, but no GPU is attributed"
+    )
     assert (await client.code_of(client.active(vlm)))[0] == grpc.StatusCode.UNAVAILABLE
     assert await client.value({**LLM, "podSelector": "app=router"}) == 0
 
@@ -150,7 +154,9 @@ async def test_pods_on_gpu_nodes_without_an_attributed_gpu_are_unavailable_not_z
     cluster.apiserver.add_pod(
         make_pod("default", "job-0", node="node-b", labels={"app": "job"}, phase="Succeeded", limits=gpu)
     )
-    cluster.apiserver.add_pod(make_pod("default", "mark-0", node="node-b", labels={"app": "mark"}, limits=gpu))
+    cluster.apiserver.add_pod(
+        make_pod("default", "mark-0", node="node-b", labels={"app": "mark"}, limits=gpu)
+    )
 
     async def marker_seen() -> bool:
         code, _ = await client.code_of(client.value({**LLM, "podSelector": "app=mark"}))
@@ -183,7 +189,9 @@ async def test_gpu_shared_by_two_pods_counts_once(
     node = await cluster.node("node-a", "constant:50,constant:20", gpus=2)
     cluster.add_pod("default", "llm-0", "node-a", [0], {"app": "llm"})
     cluster.apiserver.add_pod(make_pod("default", "llm-1", node="node-a", labels={"app": "llm"}))
-    node.kubelet.pods.append(pod_resources("default", "llm-1", {"main": [("nvidia.com/gpu", [node.uuids[0]])]}))
+    node.kubelet.pods.append(
+        pod_resources("default", "llm-1", {"main": [("nvidia.com/gpu", [node.uuids[0]])]})
+    )
     scaler = await cluster.scaler()
     await settled(keda(scaler.grpc_port), LLM, 2 * 50)
 

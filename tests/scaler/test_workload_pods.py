@@ -41,7 +41,9 @@ async def test_only_running_gpu_pods_not_being_deleted_count(
     assert pods.cached("ml", "app=llm") == (ApiGpuPod("ml/llm-0", "n1"),)
 
 
-async def test_one_list_per_workload_per_ttl(lister: tuple[WorkloadPodLister, FakeApiServer, list[float]]) -> None:
+async def test_one_list_per_workload_per_ttl(
+    lister: tuple[WorkloadPodLister, FakeApiServer, list[float]],
+) -> None:
     pods, api, now = lister
     for _ in range(20):
         await pods.refresh("ml", "app=llm")

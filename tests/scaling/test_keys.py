@@ -24,7 +24,12 @@ def test_the_docs_key_table_is_the_table() -> None:
 
 def test_the_typed_vocabulary_is_the_tables() -> None:
     by_name = {k.name: k for k in KEYS}
-    for key, literal in (("metric", Metric), ("aggregation", Aggregation), ("scope", Scope), ("share", Share)):
+    for key, literal in (
+        ("metric", Metric),
+        ("aggregation", Aggregation),
+        ("scope", Scope),
+        ("share", Share),
+    ):
         assert sorted(typing.get_args(literal)) == sorted(by_name[key].choices)
 
 
@@ -34,14 +39,22 @@ def test_profiles_set_exactly_the_keys_the_table_allows() -> None:
     ]
     with pytest.raises(ProfileError) as info:
         parse_profiles({"profiles": {"p": {"podSelector": "app=x"}}})
-    assert "known fields are [activationValue, aggregation, description, extends, maxMissingPercent, metric, scope, share" in str(info.value)
+    assert (
+        "known fields are [activationValue, aggregation, description, extends, maxMissingPercent, metric, scope, share"
+        in str(info.value)
+    )
 
 
-@pytest.mark.parametrize("key", [k for k in KEYS if k.kind == "choice" and k.name != "profile"], ids=lambda k: k.name)
+@pytest.mark.parametrize(
+    "key", [k for k in KEYS if k.kind == "choice" and k.name != "profile"], ids=lambda k: k.name
+)
 def test_a_bad_choice_names_the_tables_choices(key: typing.Any) -> None:
     with pytest.raises(MetadataError) as info:
         parse_metadata({"targetValue": "50", key.name: "nonsense"})
-    assert f'parameter "{key.name}" value "nonsense" must be one of [{", ".join(sorted(key.choices))}]' in info.value.problems
+    assert (
+        f'parameter "{key.name}" value "nonsense" must be one of [{", ".join(sorted(key.choices))}]'
+        in info.value.problems
+    )
 
 
 @pytest.mark.parametrize("key", [k for k in KEYS if k.kind == "number"], ids=lambda k: k.name)
@@ -65,7 +78,13 @@ def test_the_chart_schema_for_a_profile_holds_the_tables_rules() -> None:
     jsonschema.Draft7Validator.check_schema(schema)
     ok = {"extends": "llm-serving", "targetValue": 75, "aggregation": "p95", "window": "30"}
     jsonschema.validate(ok, schema)
-    for bad in ({"aggregation": "mean"}, {"targetValue": 0}, {"window": -1}, {"podSelector": "a=b"}, {"scope": "x"}):
+    for bad in (
+        {"aggregation": "mean"},
+        {"targetValue": 0},
+        {"window": -1},
+        {"podSelector": "a=b"},
+        {"scope": "x"},
+    ):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, schema)
 

@@ -16,13 +16,20 @@ NOW = 1000.0
 MD = parse_metadata({"targetValue": "60", "window": "0", "staleAfter": "30"})
 
 
-def fleet(fresh: dict[str, float], missing: int, *, stale: bool = False) -> tuple[list[GpuSeries], list[GpuPod]]:
-    series = [GpuSeries(f"GPU-{p}", [GpuSample(f"GPU-{p}", NOW - 1, gpu_utilization=u)], pod=p) for p, u in fresh.items()]
+def fleet(
+    fresh: dict[str, float], missing: int, *, stale: bool = False
+) -> tuple[list[GpuSeries], list[GpuPod]]:
+    series = [
+        GpuSeries(f"GPU-{p}", [GpuSample(f"GPU-{p}", NOW - 1, gpu_utilization=u)], pod=p)
+        for p, u in fresh.items()
+    ]
     pods = [GpuPod(p, "n-fresh") for p in fresh]
     for i in range(missing):
         name = f"gone-{i}"
         if stale:  # its GPU's samples stopped a minute ago
-            series.append(GpuSeries(f"GPU-{name}", [GpuSample(f"GPU-{name}", NOW - 60, gpu_utilization=99.0)], pod=name))
+            series.append(
+                GpuSeries(f"GPU-{name}", [GpuSample(f"GPU-{name}", NOW - 60, gpu_utilization=99.0)], pod=name)
+            )
         pods.append(GpuPod(name, "n-dark", connected=not stale))
     return series, pods
 
@@ -71,14 +78,22 @@ def test_stale_pods_are_missing_with_their_reason() -> None:
     assert result.value == pytest.approx(300.0)  # 210 with the 2 at 0 is 0.7 of 300: a flip, hold 60 x 5
 
 
-@pytest.mark.parametrize(("missing", "limit", "unavailable"), [(5, "50", False), (6, "50", True), (2, "10", True), (2, "20", False)])
-def test_more_missing_than_max_missing_percent_is_unavailable(missing: int, limit: str, unavailable: bool) -> None:
+@pytest.mark.parametrize(
+    ("missing", "limit", "unavailable"),
+    [(5, "50", False), (6, "50", True), (2, "10", True), (2, "20", False)],
+)
+def test_more_missing_than_max_missing_percent_is_unavailable(
+    missing: int, limit: str, unavailable: bool
+) -> None:
     md = parse_metadata({"targetValue": "60", "window": "0", "maxMissingPercent": limit})
     series, pods = fleet({f"p{i}": 70 for i in range(10 - missing)}, missing)
     if unavailable:
         with pytest.raises(MissingPods) as info:
             answer(md, series, now=NOW, gpu_pods=pods)
-        assert f"{missing} of 10 GPU pods have no fresh sample (more than maxMissingPercent ({limit} %))" in str(info.value)
+        assert (
+            f"{missing} of 10 GPU pods have no fresh sample (more than maxMissingPercent ({limit} %))"
+            in str(info.value)
+        )
         assert "n-dark (no device listed:" in str(info.value)
     else:
         assert answer(md, series, now=NOW, gpu_pods=pods).missing == missing

@@ -108,7 +108,9 @@ def test_rows_from_the_wire_without_gpm_clear_the_slot() -> None:
     overwrites must read as absent, not as the value of the sample a full circle ago."""
     ring = SampleRing("GPU-H200", 3)
     for k in range(3):
-        values, procs, _ = sample_row_from_pb(sample_to_pb(GpuSample("GPU-H200", NOW + k, sm_active=10.0 * k)))
+        values, procs, _ = sample_row_from_pb(
+            sample_to_pb(GpuSample("GPU-H200", NOW + k, sm_active=10.0 * k))
+        )
         assert len(values) == len(SAMPLE_FIELDS)
         ring.append(NOW + k, values, procs)
     short, _, _ = sample_row_from_pb(sample_to_pb(GpuSample("GPU-H200", NOW + 3, gpu_utilization=5.0)))
@@ -129,8 +131,18 @@ def test_index_out_of_range_and_bad_capacity() -> None:
 
 
 def test_derived_fields_follow_the_sample_properties() -> None:
-    ring = ring_of([GpuSample("GPU-0", NOW, memory_used_bytes=20, memory_total_bytes=80, power_watts=350.0,
-                              power_limit_watts=700.0)])
+    ring = ring_of(
+        [
+            GpuSample(
+                "GPU-0",
+                NOW,
+                memory_used_bytes=20,
+                memory_total_bytes=80,
+                power_watts=350.0,
+                power_limit_watts=700.0,
+            )
+        ]
+    )
     assert ring[0].memory_used_percent == 25.0 and ring[0].power_percent == 50.0
     s = smooth(ring, extractor("memory_used_percent"), now=NOW, window=10, stale_after=30)
     assert s is not None and s.value == 25.0
@@ -183,8 +195,9 @@ def test_evaluate_over_rings_equals_evaluate_over_samples(
 
 def test_container_share_reads_processes_from_the_ring() -> None:
     procs = (ProcessSample(7, 10 * 2**30, 30.0), ProcessSample(8, 2**30, 50.0))
-    history = [GpuSample("GPU-0", NOW - 1, gpu_utilization=90.0, memory_total_bytes=80 * 2**30,
-                         processes=procs)]
+    history = [
+        GpuSample("GPU-0", NOW - 1, gpu_utilization=90.0, memory_total_bytes=80 * 2**30, processes=procs)
+    ]
     md = parse_metadata({"podSelector": "app=x", "share": "container", "targetValue": "50"})
     series = [GpuSeries("GPU-0", ring_of(history), pod="ns/a", pids=frozenset({7}))]
     assert evaluate(md, series, now=NOW).aggregate == 30.0

@@ -94,7 +94,9 @@ policies:
     )
     (trigger,) = scenario.policies[0].scaled_object.triggers  # type: ignore[union-attr]
     history = {
-        pod: [GpuSample(f"GPU-{pod}", NOW - age, gpu_utilization=u) for age, u in sorted(samples, reverse=True)]
+        pod: [
+            GpuSample(f"GPU-{pod}", NOW - age, gpu_utilization=u) for age, u in sorted(samples, reverse=True)
+        ]
         for pod, samples in state.items()
         if samples is not None
     }
@@ -121,7 +123,9 @@ async def _scaler(
 ) -> tuple[float | None, bool]:
     service, stub = served
     service.source = _state(state)
-    ref = pb.ScaledObjectRef(name="llm", namespace="ml", scalerMetadata={**metadata, "podSelector": "app=llm"})
+    ref = pb.ScaledObjectRef(
+        name="llm", namespace="ml", scalerMetadata={**metadata, "podSelector": "app=llm"}
+    )
     try:
         value = await stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=ref))
         active = await stub.IsActive(ref)
@@ -154,4 +158,7 @@ async def test_the_table_covers_values_activity_and_unavailable(
     assert any(a[0] is None for a in answers) and any(a[0] for a in answers)
     assert (0.0, False) in answers  # no pods: 0 and inactive, by both
     # three pods at 90, 40, 10, target 60: avg 46.7 x 3 pods = 140, the HPA's ceil(140 / 60) = 3
-    assert await _scaler(served, TRIGGERS["defaults"], STATES["three pods, fresh"]) == (pytest.approx(140.0), True)
+    assert await _scaler(served, TRIGGERS["defaults"], STATES["three pods, fresh"]) == (
+        pytest.approx(140.0),
+        True,
+    )

@@ -117,7 +117,9 @@ def test_llm_step_burst_with_4_of_10_pods_dark_keeps_its_replicas() -> None:
     for policy in doc["policies"]:
         policy["faults"] = [{"type": "samples-missing", "pods": 4, "fromSeconds": start}]
     dark = run_scenario(parse_scenario(yaml.safe_dump(doc)))
-    for before, after in zip((t for t in plain.timelines if t.policy in gpuscale), dark.timelines, strict=True):
+    for before, after in zip(
+        (t for t in plain.timelines if t.policy in gpuscale), dark.timelines, strict=True
+    ):
         at_start = before.desired[start]
         assert at_start >= 10, (after.policy, at_start)
         assert min(after.desired[start:]) >= min(before.desired[start:]), after.policy
@@ -191,7 +193,10 @@ def test_replica_proposals_saturate_at_int32_max() -> None:
             'policies[0].faults[0]: value "oops" must be a mapping with type, fromSeconds and optionally '
             "untilSeconds (and pods)",
         ),
-        ("{type: trigger-error}", 'policies[0].faults: value "{\'type\': \'trigger-error\'}" must be a non-empty list'),
+        (
+            "{type: trigger-error}",
+            "policies[0].faults: value \"{'type': 'trigger-error'}\" must be a non-empty list",
+        ),
     ],
 )
 def test_a_bad_fault_is_named_by_its_path(faults: str, expected: str) -> None:

@@ -200,7 +200,7 @@ def test_a_profile_sets_what_the_scaler_would_and_given_keys_win() -> None:
 def test_a_profiles_thresholds_do_not_carry_to_another_metric() -> None:
     # memory-bound scales on memory_utilization (target 60, activation 5): on gpu_utilization, as in the
     # scaler, the trigger must give its own target, and the activation is the default 0
-    text = HEAD + _gpuscale_policy('{scalerAddress: a, profile: memory-bound, metric: gpu_utilization}')
+    text = HEAD + _gpuscale_policy("{scalerAddress: a, profile: memory-bound, metric: gpu_utilization}")
     with pytest.raises(ScenarioError) as info:
         parse_scenario(text, profiles=_profiles())
     assert info.value.problems == (
@@ -208,12 +208,19 @@ def test_a_profiles_thresholds_do_not_carry_to_another_metric() -> None:
         '"memory-bound" sets none for metric "gpu_utilization"); give a number greater than 0',
     )
     scenario = parse_scenario(
-        HEAD + _gpuscale_policy('{scalerAddress: a, profile: memory-bound, metric: gpu_utilization, targetValue: "70"}'),
+        HEAD
+        + _gpuscale_policy(
+            '{scalerAddress: a, profile: memory-bound, metric: gpu_utilization, targetValue: "70"}'
+        ),
         profiles=_profiles(),
     )
     (trigger,) = scenario.policies[0].scaled_object.triggers  # type: ignore[union-attr]
     assert trigger.metadata is not None
-    assert (trigger.target, trigger.activation, trigger.metadata.window) == (70.0, 0.0, 20)  # window: the profile's
+    assert (trigger.target, trigger.activation, trigger.metadata.window) == (
+        70.0,
+        0.0,
+        20,
+    )  # window: the profile's
 
 
 def test_the_trigger_is_the_scalers_parse_of_the_metadata() -> None:
@@ -276,8 +283,14 @@ def test_the_shipped_scaledobjects_simulate_as_they_are(example: str, tmp_path: 
     """What `gpuscale render` writes (deploy/examples) runs in the simulator unchanged, through the CLI."""
     import yaml
 
-    docs = [d for d in yaml.safe_load_all((EXAMPLES / example).read_text()) if d and d["kind"] == "ScaledObject"]
-    policy = {"name": "shipped", "pipeline": {"gpuscale": {"samplingIntervalSeconds": 1}}, "scaledObject": docs[0]}
+    docs = [
+        d for d in yaml.safe_load_all((EXAMPLES / example).read_text()) if d and d["kind"] == "ScaledObject"
+    ]
+    policy = {
+        "name": "shipped",
+        "pipeline": {"gpuscale": {"samplingIntervalSeconds": 1}},
+        "scaledObject": docs[0],
+    }
     scenario = yaml.safe_load(HEAD + "  []\n") | {"policies": [policy]}
     path = tmp_path / "scenario.yaml"
     path.write_text(yaml.safe_dump(scenario))

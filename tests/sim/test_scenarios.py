@@ -68,7 +68,13 @@ def test_diurnal_day_runs(tmp_path: Path) -> None:
     short = dataclasses.replace(scenario, duration_seconds=6 * 3600)  # the first 6 hours keep the test fast
     result = run_scenario(short)
     by = {s.policy: s for s in result.summaries}
-    assert list(by) == ["prometheus-dcgm", "prometheus-vllm-queue", "gpuscale-gpu", "gpuscale-gpu-behavior", "oracle"]
+    assert list(by) == [
+        "prometheus-dcgm",
+        "prometheus-vllm-queue",
+        "gpuscale-gpu",
+        "gpuscale-gpu-behavior",
+        "oracle",
+    ]
     # the night: every utilization policy and the oracle serve it
     for name in ("prometheus-dcgm", "gpuscale-gpu", "gpuscale-gpu-behavior", "oracle"):
         assert by[name].share_of_demand_unserved < 0.01, name

@@ -59,8 +59,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if args.log_format not in LOG_FORMATS:
-        print(f'gpuscale: error: --log-format "{args.log_format}" must be one of {", ".join(LOG_FORMATS)}',
-              file=sys.stderr)
+        print(
+            f'gpuscale: error: --log-format "{args.log_format}" must be one of {", ".join(LOG_FORMATS)}',
+            file=sys.stderr,
+        )
         return 2
     configure_logging(args.log_level, args.log_format)
     try:

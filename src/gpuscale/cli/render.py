@@ -82,7 +82,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         "--agent-job",
         metavar="JOB",
         help="Prometheus's job label of the agents' series, pinned in the queries so that dcgm-exporter's "
-        'series of the same names are not counted too (default RELEASE-agent, as the chart\'s ServiceMonitor '
+        "series of the same names are not counted too (default RELEASE-agent, as the chart's ServiceMonitor "
         'names it; "" to not pin)',
     )
     p.add_argument(

@@ -263,7 +263,7 @@ def _prometheus_trigger(
     if o.exported_labels:
         pods += " Labels are exported_* because Prometheus scrapes the agent with honorLabels false."
     if job:
-        pods += f' job="{job}": the agents\' series, not dcgm-exporter\'s of the same names (--agent-job).'
+        pods += f" job=\"{job}\": the agents' series, not dcgm-exporter's of the same names (--agent-job)."
     return trigger, why, pods
 
 

@@ -53,7 +53,6 @@ class ScalerSettings:
     log_format: str = "text"  # of the ingest workers (their level is the scaler's)
 
 
-
 class Scaler:
     """``start`` binds (port 0 picks a free port: ``grpc_port``, ``metrics_port``); ``stop`` ends it all.
     ``api`` (a ``kube._http.KubeApi``) is used as given, else made from the settings, else none:

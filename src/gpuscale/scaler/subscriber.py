@@ -51,6 +51,7 @@ class StreamCounters(Protocol):
 
     def agent_reconnect(self, reason: str) -> None: ...
 
+
 log = logging.getLogger(__name__)
 
 
@@ -99,21 +100,30 @@ def why_unreachable(code: str, details: str, *, tls: bool, server_name: str | No
     if "Domain name not found" in details or "hostname lookup" in details or "DNS resolution" in details:
         return "the name does not resolve"
     if tls and "Hostname Verification" in details:
-        return (f"the agent's certificate does not name {server_name!r} (--agent-tls-server-name)"
-                if server_name else "the agent's certificate does not name the address dialled: set "
-                "--agent-tls-server-name to the name in it")
+        return (
+            f"the agent's certificate does not name {server_name!r} (--agent-tls-server-name)"
+            if server_name
+            else "the agent's certificate does not name the address dialled: set "
+            "--agent-tls-server-name to the name in it"
+        )
     if tls and ("CERTIFICATE_VERIFY_FAILED" in details or "certificate verify failed" in details.lower()):
         return "the agent's certificate is not signed by --agent-tls-ca"
     if tls and ("WRONG_VERSION_NUMBER" in details or "handshake failed" in details.lower()):
-        return ("TLS mismatch: this scaler dials with TLS (--agent-tls-ca) and the handshake failed: the "
-                "agent may serve plaintext (no --tls-cert), or --agent-tls-ca did not sign its certificate")
+        return (
+            "TLS mismatch: this scaler dials with TLS (--agent-tls-ca) and the handshake failed: the "
+            "agent may serve plaintext (no --tls-cert), or --agent-tls-ca did not sign its certificate"
+        )
     if "Socket closed" in details or "Connection reset" in details:
         if tls:
-            return ("the agent closed the connection during TLS: it may require a client certificate (its "
-                    "--tls-client-ca): give the scaler --agent-tls-cert and --agent-tls-key")
-        return ("the agent closed the connection: TLS mismatch? this scaler dials without TLS, and an agent "
-                "that serves TLS (its --tls-cert; chart agent.tls) closes such connections: give the scaler "
-                "--agent-tls-ca")
+            return (
+                "the agent closed the connection during TLS: it may require a client certificate (its "
+                "--tls-client-ca): give the scaler --agent-tls-cert and --agent-tls-key"
+            )
+        return (
+            "the agent closed the connection: TLS mismatch? this scaler dials without TLS, and an agent "
+            "that serves TLS (its --tls-cert; chart agent.tls) closes such connections: give the scaler "
+            "--agent-tls-ca"
+        )
     if code == "UNIMPLEMENTED":
         return "that address serves gRPC but not gpuscale.v1.Agent: is it an agent's --grpc-address?"
     return ""

@@ -39,6 +39,8 @@ _NOT_ON_MIG = frozenset({"gpu_utilization", "memory_utilization"})
 
 class ScalingError(GpuscaleError):
     """Base of the scaling core's errors."""
+
+
 class MetadataError(ScalingError):
     """Trigger metadata is invalid. The message is one line: ``invalid trigger metadata: p1; p2; …``."""
 

@@ -150,7 +150,7 @@ def parse_metadata(metadata: Mapping[str, str], profiles: ProfileSet | None = No
         elif "metric" in values and values["metric"] not in keys.ENGINE_METRICS:
             problems.append(
                 f'parameter "model" value {show(model)} is only allowed with an engine metric '
-                f"({', '.join(sorted(keys.ENGINE_METRICS))}); metric is \"{values['metric']}\""
+                f'({", ".join(sorted(keys.ENGINE_METRICS))}); metric is "{values["metric"]}"'
             )
     for key, bad, tail in combination_problems(
         metric=cast(Metric | None, values.get("metric")),

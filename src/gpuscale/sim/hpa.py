@@ -184,7 +184,6 @@ def _ceil_replicas(x: float) -> int:
     return math.ceil(x)
 
 
-
 def _usage_ratio(values: Mapping[str, int], target_milli: int) -> float:
     """``GetMetricUsageRatio``: int64 average (truncating) over target."""
     total = sum(values.values())
