@@ -1,7 +1,9 @@
 # syntax=docker/dockerfile:1
 # One image for the agent and the scaler: `gpuscale agent …` (DaemonSet) and `gpuscale scaler …` (Deployment).
 # NVML comes from the host driver, injected by the NVIDIA container toolkit or a RuntimeClass; AMD SMI from
-# the `amd` extra where the ROCm libraries are present. Build: docker build -t gpuscale:dev .
+# the `amd` extra where the ROCm libraries are present. Build and push for amd64 and arm64 GPU nodes
+# (docs/install.md, "The image"):
+#   docker buildx build --platform linux/amd64,linux/arm64 -t REGISTRY/gpuscale:VERSION --push .
 
 # --- build: a wheel of gpuscale and of every dependency ---------------------------------------------------
 FROM python:3.11-slim AS build

@@ -83,9 +83,19 @@ def summary_ms(seconds: Sequence[float]) -> dict[str, float]:
 
 def summary_us(seconds: Sequence[float]) -> dict[str, float]:
     us = [s * 1e6 for s in seconds]
-    return {"n": len(us), **{k: round(f(us), 1) for k, f in (
-        ("mean", statistics.fmean), ("p50", lambda v: pct(v, 50)), ("p90", lambda v: pct(v, 90)),
-        ("p99", lambda v: pct(v, 99)), ("max", max))}}
+    return {
+        "n": len(us),
+        **{
+            k: round(f(us), 1)
+            for k, f in (
+                ("mean", statistics.fmean),
+                ("p50", lambda v: pct(v, 50)),
+                ("p90", lambda v: pct(v, 90)),
+                ("p99", lambda v: pct(v, 99)),
+                ("max", max),
+            )
+        },
+    }
 
 
 def machine() -> dict[str, Any]:
@@ -199,8 +209,16 @@ class Layout:
         return out
 
     def args(self) -> list[str]:
-        return ["--nodes", str(self.nodes), "--workloads", str(self.workloads),
-                "--pods-per-workload", str(self.pods_per_workload), "--gpus-per-pod", str(self.gpus_per_pod)]
+        return [
+            "--nodes",
+            str(self.nodes),
+            "--workloads",
+            str(self.workloads),
+            "--pods-per-workload",
+            str(self.pods_per_workload),
+            "--gpus-per-pod",
+            str(self.gpus_per_pod),
+        ]
 
 
 def namespace_of(workload: int) -> str:
@@ -250,8 +268,10 @@ def exporter_text(layout: Layout) -> bytes:
     ]
     for n in range(layout.nodes):
         for g in range(GPUS_PER_NODE):
-            labels = (f'gpu="{g}",UUID="{uuid_of(n, g)}",device="nvidia{g}",modelName="{MODEL}",'
-                      f'Hostname="{node_name(n)}"')
+            labels = (
+                f'gpu="{g}",UUID="{uuid_of(n, g)}",device="nvidia{g}",modelName="{MODEL}",'
+                f'Hostname="{node_name(n)}"'
+            )
             pod = holders.get((n, g))
             if pod is not None:
                 labels += f',container="main",namespace="{pod.namespace}",pod="{pod.name}"'
@@ -265,26 +285,49 @@ def node_message(node: int, kind: int, pods: Sequence[Pod], interval: float = 1.
     pods with their labels."""
     from gpuscale._proto import agent_pb2
 
-    msg = agent_pb2.NodeUpdate(kind=kind, node_name=node_name(node), agent_id=f"fleet-{node}",
-                               interval_seconds=interval)
+    msg = agent_pb2.NodeUpdate(
+        kind=kind, node_name=node_name(node), agent_id=f"fleet-{node}", interval_seconds=interval
+    )
     holders = {g: p for p in pods for g in p.gpus}
     for g in range(GPUS_PER_NODE):
         u = util(node, g)
         state = msg.gpus.add()
-        state.device.CopyFrom(agent_pb2.Device(
-            index=g, uuid=uuid_of(node, g), name=MODEL, vendor="nvidia", memory_total_bytes=80 * 2**30,
-            power_limit_watts=700.0))
-        state.samples.add(gpu_utilization=u, memory_utilization=u / 2, memory_used_bytes=int(u * 2**28),
-                          memory_total_bytes=80 * 2**30, temperature_celsius=40 + u / 4,
-                          power_watts=100 + 5 * u, power_limit_watts=700.0)
+        state.device.CopyFrom(
+            agent_pb2.Device(
+                index=g,
+                uuid=uuid_of(node, g),
+                name=MODEL,
+                vendor="nvidia",
+                memory_total_bytes=80 * 2**30,
+                power_limit_watts=700.0,
+            )
+        )
+        state.samples.add(
+            gpu_utilization=u,
+            memory_utilization=u / 2,
+            memory_used_bytes=int(u * 2**28),
+            memory_total_bytes=80 * 2**30,
+            temperature_celsius=40 + u / 4,
+            power_watts=100 + 5 * u,
+            power_limit_watts=700.0,
+        )
         pod = holders.get(g)
         if pod is not None:
-            state.attributions.add(namespace=pod.namespace, pod=pod.name, container="main",
-                                   resource_name="nvidia.com/gpu", device_id=uuid_of(node, g))
+            state.attributions.add(
+                namespace=pod.namespace,
+                pod=pod.name,
+                container="main",
+                resource_name="nvidia.com/gpu",
+                device_id=uuid_of(node, g),
+            )
     if kind == agent_pb2.NodeUpdate.SNAPSHOT:
         for p in pods:
-            msg.pods.add(namespace=p.namespace, name=p.name, uid=f"uid-{p.name}",
-                         labels={"app": p.app, "tier": "serving"})
+            msg.pods.add(
+                namespace=p.namespace,
+                name=p.name,
+                uid=f"uid-{p.name}",
+                labels={"app": p.app, "tier": "serving"},
+            )
     return msg
 
 
@@ -367,8 +410,16 @@ def fleet(layout: Layout, interval: float = 1.0, cpus: str | None = None) -> Ite
     """Start the simulated agents in their own process; yield ``{"ports", "metrics_port", "proc"}``."""
     with tempfile.TemporaryDirectory() as tmp:
         info = Path(tmp) / "fleet.json"
-        cmd = [sys.executable, str(Path(__file__).resolve()), "fleet", *layout.args(),
-               "--interval", str(interval), "--info-file", str(info)]
+        cmd = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "fleet",
+            *layout.args(),
+            "--interval",
+            str(interval),
+            "--info-file",
+            str(info),
+        ]
         if cpus:
             cmd = ["taskset", "-c", cpus, *cmd]
         proc = subprocess.Popen(cmd)
@@ -384,16 +435,34 @@ def fleet(layout: Layout, interval: float = 1.0, cpus: str | None = None) -> Ite
 
 
 @contextmanager
-def scaler(agents: Sequence[str], *, cpus: str | None = "0,1", history: int = 120,
-           wait_connected: int | None = None, timeout: float = 180.0,
-           extra: Sequence[str] = ()) -> Iterator[dict[str, Any]]:
+def scaler(
+    agents: Sequence[str],
+    *,
+    cpus: str | None = "0,1",
+    history: int = 120,
+    wait_connected: int | None = None,
+    timeout: float = 180.0,
+    extra: Sequence[str] = (),
+) -> Iterator[dict[str, Any]]:
     """The real ``gpuscale scaler`` (its CLI) as a subprocess, optionally pinned with ``taskset``; waits until
     ``wait_connected`` agents (default: all) have sent their snapshot."""
     grpc_port, metrics_port = free_port(), free_port()
     env = {**os.environ, "GPUSCALE_AGENTS": ",".join(agents), "PYTHONPATH": str(ROOT / "src")}
-    cmd = [sys.executable, "-m", "gpuscale", "--log-level", "warning", "scaler",
-           "--grpc-address", f"127.0.0.1:{grpc_port}", "--metrics-address", f"127.0.0.1:{metrics_port}",
-           "--history", str(history), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gpuscale",
+        "--log-level",
+        "warning",
+        "scaler",
+        "--grpc-address",
+        f"127.0.0.1:{grpc_port}",
+        "--metrics-address",
+        f"127.0.0.1:{metrics_port}",
+        "--history",
+        str(history),
+        *extra,
+    ]
     if cpus:
         cmd = ["taskset", "-c", cpus, *cmd]
     proc = subprocess.Popen(cmd, env=env)
@@ -408,8 +477,12 @@ def scaler(agents: Sequence[str], *, cpus: str | None = "0,1", history: int = 12
             if proc.poll() is not None or time.monotonic() - t0 > timeout:
                 raise RuntimeError(f"the scaler did not connect to {want} agents (got {connected})")
             time.sleep(0.2)
-        yield {"proc": proc, "grpc_port": grpc_port, "metrics_url": url,
-               "connect_s": round(time.monotonic() - t0, 2)}
+        yield {
+            "proc": proc,
+            "grpc_port": grpc_port,
+            "metrics_url": url,
+            "connect_s": round(time.monotonic() - t0, 2),
+        }
     finally:
         stop(proc)
 
@@ -439,12 +512,19 @@ def prometheus(jobs: dict[str, tuple[str, str]], *, cpus: str | None = None) -> 
         cfg = Path(tmp) / "prometheus.yml"
         text = "global:\n  evaluation_interval: 15s\nscrape_configs:\n"
         for name, (target, interval) in jobs.items():
-            text += (f"  - job_name: {name}\n    scrape_interval: {interval}\n"
-                     f"    scrape_timeout: {interval}\n    honor_labels: true\n"
-                     f"    static_configs:\n      - targets: ['{target}']\n")
+            text += (
+                f"  - job_name: {name}\n    scrape_interval: {interval}\n"
+                f"    scrape_timeout: {interval}\n    honor_labels: true\n"
+                f"    static_configs:\n      - targets: ['{target}']\n"
+            )
         cfg.write_text(text)
-        cmd = [binary, f"--config.file={cfg}", f"--storage.tsdb.path={tmp}/data",
-               f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]
+        cmd = [
+            binary,
+            f"--config.file={cfg}",
+            f"--storage.tsdb.path={tmp}/data",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ]
         if cpus:
             cmd = ["taskset", "-c", cpus, *cmd]
         log = (Path(tmp) / "prometheus.log").open("w")
@@ -487,8 +567,11 @@ def grpc_load_binary() -> Path | None:
     if flags.returncode != 0:
         return None
     LOAD_BINARY.parent.mkdir(exist_ok=True)
-    built = subprocess.run(["g++", "-O2", "-std=c++17", str(LOAD_SOURCE), *flags.stdout.split(), "-o",
-                            str(LOAD_BINARY)], capture_output=True, text=True)
+    built = subprocess.run(
+        ["g++", "-O2", "-std=c++17", str(LOAD_SOURCE), *flags.stdout.split(), "-o", str(LOAD_BINARY)],
+        capture_output=True,
+        text=True,
+    )
     if built.returncode != 0:
         print(f"grpc_load did not build:\n{built.stderr[-2000:]}", file=sys.stderr)
         return None
@@ -515,11 +598,33 @@ def get_metrics_requests(workloads: int) -> list[bytes]:
     return [get_metrics_request(w).SerializeToString() for w in range(workloads)]
 
 
-def grpc_load(binary: Path, port: int, requests: Path, *, threads: int, seconds: float,
-              method: str = "/externalscaler.ExternalScaler/GetMetrics") -> dict[str, Any]:
-    out = subprocess.run([str(binary), "--target", f"127.0.0.1:{port}", "--method", method, "--requests",
-                          str(requests), "--threads", str(threads), "--seconds", str(seconds)],
-                         capture_output=True, text=True, timeout=seconds + 60)
+def grpc_load(
+    binary: Path,
+    port: int,
+    requests: Path,
+    *,
+    threads: int,
+    seconds: float,
+    method: str = "/externalscaler.ExternalScaler/GetMetrics",
+) -> dict[str, Any]:
+    out = subprocess.run(
+        [
+            str(binary),
+            "--target",
+            f"127.0.0.1:{port}",
+            "--method",
+            method,
+            "--requests",
+            str(requests),
+            "--threads",
+            str(threads),
+            "--seconds",
+            str(seconds),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+    )
     if out.returncode != 0:
         raise RuntimeError(f"grpc_load failed: {out.stderr}")
     result: dict[str, Any] = json.loads(out.stdout)
@@ -532,17 +637,25 @@ def h2load(url_file: Path, *, clients: int, seconds: float) -> dict[str, Any]:
     binary = shutil.which("h2load")
     if binary is None:
         raise RuntimeError("h2load is not installed (Debian package nghttp2-client)")
-    out = subprocess.run([binary, "--h1", "-c", str(clients), "-D", str(round(seconds)), "-i", str(url_file)],
-                         capture_output=True, text=True, timeout=seconds + 60)
+    out = subprocess.run(
+        [binary, "--h1", "-c", str(clients), "-D", str(round(seconds)), "-i", str(url_file)],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+    )
     text = out.stdout
     finished = re.search(r"finished in ([\d.]+)s, ([\d.]+) req/s", text)
     requests = re.search(r"requests: \d+ total, \d+ started, (\d+) done", text)
     codes = re.search(r"status codes: (\d+) 2xx", text)
     if not (finished and requests and codes):
         raise RuntimeError(f"h2load output not understood:\n{text}\n{out.stderr}")
-    return {"seconds": float(finished.group(1)), "requests_per_s": float(finished.group(2)),
-            "done": int(requests.group(1)), "ok": int(codes.group(1)),
-            "failed": int(requests.group(1)) - int(codes.group(1))}
+    return {
+        "seconds": float(finished.group(1)),
+        "requests_per_s": float(finished.group(2)),
+        "done": int(requests.group(1)),
+        "ok": int(codes.group(1)),
+        "failed": int(requests.group(1)) - int(codes.group(1)),
+    }
 
 
 # -- the GetMetrics load generator ------------------------------------------------------------------------

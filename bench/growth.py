@@ -39,9 +39,15 @@ def node_point(nodes: int, args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(args.history + 3)
         warm(s["grpc_port"], workloads)
         times, errors = grpc_latency(s["grpc_port"], workloads, args.calls)
-        point = {"nodes": nodes, "gpus": nodes * c.GPUS_PER_NODE, "scaled_objects": len(workloads),
-                 "connect_s": s["connect_s"], "rss_mib": round(c.rss_mib(pid), 1), "errors": errors,
-                 "getmetrics_ms": c.summary_ms(times)}
+        point = {
+            "nodes": nodes,
+            "gpus": nodes * c.GPUS_PER_NODE,
+            "scaled_objects": len(workloads),
+            "connect_s": s["connect_s"],
+            "rss_mib": round(c.rss_mib(pid), 1),
+            "errors": errors,
+            "getmetrics_ms": c.summary_ms(times),
+        }
     print(point, flush=True)
     return point
 
@@ -57,9 +63,15 @@ def so_points(counts: list[int], args: argparse.Namespace) -> list[dict[str, Any
             workloads = list(range(n))
             warm(s["grpc_port"], workloads)
             times, errors = grpc_latency(s["grpc_port"], workloads, args.calls)
-            point = {"scaled_objects": n, "nodes": 1000, "gpus_per_workload": 4,
-                     "rss_mib": round(c.rss_mib(pid), 1), "rss_before_any_call_mib": base,
-                     "errors": errors, "getmetrics_ms": c.summary_ms(times)}
+            point = {
+                "scaled_objects": n,
+                "nodes": 1000,
+                "gpus_per_workload": 4,
+                "rss_mib": round(c.rss_mib(pid), 1),
+                "rss_before_any_call_mib": base,
+                "errors": errors,
+                "getmetrics_ms": c.summary_ms(times),
+            }
             print(point, flush=True)
             out.append(point)
     return out
@@ -72,8 +84,10 @@ def plot(result: dict[str, Any], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, rows, key, label in ((axes[0], result["by_nodes"], "nodes", "nodes (x 8 GPUs)"),
-                                 (axes[1], result["by_scaled_objects"], "scaled_objects", "ScaledObjects")):
+    for ax, rows, key, label in (
+        (axes[0], result["by_nodes"], "nodes", "nodes (x 8 GPUs)"),
+        (axes[1], result["by_scaled_objects"], "scaled_objects", "ScaledObjects"),
+    ):
         xs = [r[key] for r in rows]
         ax.plot(xs, [r["getmetrics_ms"]["p50"] for r in rows], "o-", label="GetMetrics p50")
         ax.plot(xs, [r["getmetrics_ms"]["p99"] for r in rows], "s--", label="GetMetrics p99")

@@ -61,8 +61,13 @@ def convolve_uniform(delays: list[float], period: float, points: int = 1000) -> 
 
 
 def stats(values: list[float]) -> dict[str, float]:
-    return {"n": len(values), "p50": round(c.pct(values, 50), 3), "p95": round(c.pct(values, 95), 3),
-            "max": round(max(values), 3), "mean": round(sum(values) / len(values), 3)}
+    return {
+        "n": len(values),
+        "p50": round(c.pct(values, 50), 3),
+        "p95": round(c.pct(values, 95), 3),
+        "max": round(max(values), 3),
+        "mean": round(sum(values) / len(values), 3),
+    }
 
 
 class Watcher:
@@ -90,10 +95,30 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     write_demand(demand, LOW)
     mport, gport = c.free_port(), c.free_port()
     agent = subprocess.Popen(
-        [sys.executable, "-m", "gpuscale", "--log-level", "warning", "agent", "--backend", "mock",
-         "--mock-gpus", "1", "--mock-demand-file", str(demand), "--interval", "1", "--node-name", NODE,
-         "--metrics-address", f"127.0.0.1:{mport}", "--grpc-address", f"127.0.0.1:{gport}",
-         "--kubelet-socket", str(tmp / "no-kubelet.sock")],
+        [
+            sys.executable,
+            "-m",
+            "gpuscale",
+            "--log-level",
+            "warning",
+            "agent",
+            "--backend",
+            "mock",
+            "--mock-gpus",
+            "1",
+            "--mock-demand-file",
+            str(demand),
+            "--interval",
+            "1",
+            "--node-name",
+            NODE,
+            "--metrics-address",
+            f"127.0.0.1:{mport}",
+            "--grpc-address",
+            f"127.0.0.1:{gport}",
+            "--kubelet-socket",
+            str(tmp / "no-kubelet.sock"),
+        ],
         env={**os.environ, "PYTHONPATH": str(c.ROOT / "src")},
     )
     paths = ["gpuscale_push", "gpuscale_getmetrics", "prometheus_fast", "prometheus_usual"]
@@ -111,9 +136,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         target = f"127.0.0.1:{mport}"
         jobs = {"usual": (target, args.usual_scrape), "fast": (target, args.fast_scrape)}
         with c.scaler([f"127.0.0.1:{gport}"]) as s, c.prometheus(jobs) as prom:
-            md = {"scope": "pool", "nodeSelector": f"kubernetes.io/hostname={NODE}",
-                  "metric": "gpu_utilization", "aggregation": "max", "window": "0",
-                  "targetValue": str(THRESHOLD), "activationValue": str(THRESHOLD)}
+            md = {
+                "scope": "pool",
+                "nodeSelector": f"kubernetes.io/hostname={NODE}",
+                "metric": "gpu_utilization",
+                "aggregation": "max",
+                "window": "0",
+                "targetValue": str(THRESHOLD),
+                "activationValue": str(THRESHOLD),
+            }
             ref = pb.ScaledObjectRef(name="reaction", namespace="default", scalerMetadata=md)
             w = Watcher()
             async with grpc.aio.insecure_channel(f"127.0.0.1:{s['grpc_port']}") as ch:
@@ -145,8 +176,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                             w.observe(f"prometheus_{job}", float(result[0]["value"][1]) > THRESHOLD)
                         await asyncio.sleep(0.1)
 
-                tasks = [asyncio.create_task(t) for t in
-                         (push(), poll_getmetrics(), poll_prometheus("fast"), poll_prometheus("usual"))]
+                tasks = [
+                    asyncio.create_task(t)
+                    for t in (push(), poll_getmetrics(), poll_prometheus("fast"), poll_prometheus("usual"))
+                ]
                 await asyncio.sleep(args.settle)  # both jobs scraped at least once, the stream open
                 rng = random.Random(7)
                 usual_s = float(args.usual_scrape.rstrip("s"))
@@ -163,9 +196,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         for p in paths:
                             if p in w.seen:
                                 table[p].append(w.seen[p])
-                        print(f"step {step} {'up' if level == HIGH else 'down'}: "
-                              + ", ".join(f"{p}={w.seen.get(p, float('nan')):.2f}s" for p in paths),
-                              flush=True)
+                        print(
+                            f"step {step} {'up' if level == HIGH else 'down'}: "
+                            + ", ".join(f"{p}={w.seen.get(p, float('nan')):.2f}s" for p in paths),
+                            flush=True,
+                        )
                 for t in tasks:
                     t.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
@@ -174,7 +209,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     measured = {p: stats(up[p]) for p in paths if up[p]}
     modelled = {
         f"{p}_plus_keda_poll_{int(period)}s": stats(convolve_uniform(up[p], period))
-        for p, period in MODEL_POLL.items() if up[p]
+        for p, period in MODEL_POLL.items()
+        if up[p]
     }
     modelled["prometheus_usual_plus_keda_poll_1s"] = stats(convolve_uniform(up["prometheus_usual"], 1.0))
     return {
@@ -188,13 +224,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "measured_s_step_down": {p: stats(down[p]) for p in paths if down[p]},
         "modelled_s_step_up_with_keda_poll": modelled,
         "note": "measured: wall time from the demand-file write to each path seeing the new level (poll "
-                "granularity 20 ms for GetMetrics, 100 ms for Prometheus queries). modelled: measured delays "
-                "convolved with a uniform KEDA pollingInterval phase; the push path has no poll.",
+        "granularity 20 ms for GetMetrics, 100 ms for Prometheus queries). modelled: measured delays "
+        "convolved with a uniform KEDA pollingInterval phase; the push path has no poll.",
         "ratio_p95": {
             "prometheus_usual_with_poll_30s_over_gpuscale_push": round(
-                modelled["prometheus_usual_plus_keda_poll_30s"]["p95"] / measured["gpuscale_push"]["p95"], 1),
+                modelled["prometheus_usual_plus_keda_poll_30s"]["p95"] / measured["gpuscale_push"]["p95"], 1
+            ),
             "prometheus_fast_with_poll_1s_over_gpuscale_push": round(
-                modelled["prometheus_fast_plus_keda_poll_1s"]["p95"] / measured["gpuscale_push"]["p95"], 1),
+                modelled["prometheus_fast_plus_keda_poll_1s"]["p95"] / measured["gpuscale_push"]["p95"], 1
+            ),
         },
         "goal": {"gpuscale_push_p95_s": "< 1.5"},
         "met": {"gpuscale_push_p95_s": measured["gpuscale_push"]["p95"] < 1.5},

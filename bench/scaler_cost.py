@@ -39,17 +39,18 @@ def build(layout: c.Layout, history: int) -> tuple[Any, list[Any], float]:
         for g in snap.gpus:
             g.samples[0].timestamp = now - history
         state.apply(snap)
-    updates = [c.node_message(n, agent_pb2.NodeUpdate.UPDATE, pods_by_node.get(n, []))
-               for n in range(layout.nodes)]
+    updates = [
+        c.node_message(n, agent_pb2.NodeUpdate.UPDATE, pods_by_node.get(n, [])) for n in range(layout.nodes)
+    ]
     return state, updates, now
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from gpuscale._proto import agent_pb2
     from gpuscale._proto import externalscaler_pb2 as pb
-    from gpuscale.scaler.selector import parse_selector
     from gpuscale.scaler.service import ExternalScalerService
     from gpuscale.scaler.source import Query
+    from gpuscale.scaling.selector import parse_selector
 
     layout = c.Layout(nodes=args.nodes, workloads=args.workloads)
     state, updates, now = build(layout, args.history)
@@ -90,8 +91,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             t0 = time.perf_counter()
             await service.GetMetrics(req, context)
             t1 = time.perf_counter()
-            pb.GetMetricsResponse(metricValues=[pb.MetricValue(
-                metricName=req.metricName, metricValue=123, metricValueFloat=123.4)])
+            pb.GetMetricsResponse(
+                metricValues=[
+                    pb.MetricValue(metricName=req.metricName, metricValue=123, metricValueFloat=123.4)
+                ]
+            )
             t2 = time.perf_counter()
             times.append(t1 - t0)
             peer.append(t2 - t1)
@@ -99,8 +103,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     times, peer, worst = asyncio.run(calls())
     return {
-        "nodes": args.nodes, "gpus": args.nodes * c.GPUS_PER_NODE, "scaled_objects": args.workloads,
-        "history_s": args.history, "open_streams": args.streams,
+        "nodes": args.nodes,
+        "gpus": args.nodes * c.GPUS_PER_NODE,
+        "scaled_objects": args.workloads,
+        "history_s": args.history,
+        "open_streams": args.streams,
         "apply_update_us": c.summary_us(apply_times),
         "decode_update_us": c.summary_us(decode_times),
         "apply_cores_at_1000_updates_per_s": round(sum(apply_times) / len(apply_times) * 1000, 3),
@@ -116,8 +123,12 @@ def main() -> int:
     ap.add_argument("--workloads", type=int, default=500)
     ap.add_argument("--history", type=int, default=120)
     ap.add_argument("--calls", type=int, default=20000)
-    ap.add_argument("--streams", type=int, default=0,
-                    help="StreamIsActive feeds open while updates apply (one per workload)")
+    ap.add_argument(
+        "--streams",
+        type=int,
+        default=0,
+        help="StreamIsActive feeds open while updates apply (one per workload)",
+    )
     ap.add_argument("--out")
     args = ap.parse_args()
     result = {"benchmark": "scaler-cost", "machine": c.machine(), "scale": run(args)}

@@ -142,14 +142,18 @@ def throughput(port: int, seconds: float, workloads: int, scaler_pid: int) -> di
         requests = c.write_messages(Path(tmp) / "requests.bin", c.get_metrics_requests(workloads))
         health = c.write_messages(Path(tmp) / "health.bin", [b""])
         runs = {}
-        for name, file, method in (("getmetrics", requests, "/externalscaler.ExternalScaler/GetMetrics"),
-                                   ("health_check", health, "/grpc.health.v1.Health/Check")):
+        for name, file, method in (
+            ("getmetrics", requests, "/externalscaler.ExternalScaler/GetMetrics"),
+            ("health_check", health, "/grpc.health.v1.Health/Check"),
+        ):
             cpu0, main0, t0 = c.tree_cpu_seconds(scaler_pid), c.cpu_seconds(scaler_pid), time.monotonic()
             out = c.grpc_load(binary, port, file, threads=64, seconds=seconds, method=method)
             cpu, wall = c.tree_cpu_seconds(scaler_pid) - cpu0, time.monotonic() - t0
             main = c.cpu_seconds(scaler_pid) - main0
             runs[name] = {
-                "calls": out["calls"], "errors": out["errors"], "seconds": out["seconds"],
+                "calls": out["calls"],
+                "errors": out["errors"],
+                "seconds": out["seconds"],
                 "calls_per_s": round(out["calls"] / out["seconds"], 1),
                 "latency_ms": out["latency_ms"],
                 "scaler_cpu_cores": round(cpu / wall, 3),
@@ -159,13 +163,27 @@ def throughput(port: int, seconds: float, workloads: int, scaler_pid: int) -> di
                 "main_process_cpu_us_per_call": round(main / out["calls"] * 1e6, 1),
                 "main_process_calls_per_cpu_s": round(out["calls"] / main, 1),
             }
-    return {"client": "bench/load/grpc_load.cc: C++, one connection, 64 calls in flight",
-            **runs["getmetrics"], "floor_health_check": runs["health_check"]}
+    return {
+        "client": "bench/load/grpc_load.cc: C++, one connection, 64 calls in flight",
+        **runs["getmetrics"],
+        "floor_health_check": runs["health_check"],
+    }
 
 
 def python_throughput(port: int, seconds: float, workloads: int, scaler_pid: int) -> dict[str, Any]:
-    cmd = [sys.executable, str(Path(c.__file__).resolve()), "load", "--port", str(port),
-           "--seconds", str(seconds), "--concurrency", "32", "--workloads", str(workloads)]
+    cmd = [
+        sys.executable,
+        str(Path(c.__file__).resolve()),
+        "load",
+        "--port",
+        str(port),
+        "--seconds",
+        str(seconds),
+        "--concurrency",
+        "32",
+        "--workloads",
+        str(workloads),
+    ]
     cpu0, t0 = c.tree_cpu_seconds(scaler_pid), time.monotonic()
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [json.loads(p.communicate()[0]) for p in procs]
@@ -190,16 +208,22 @@ def prometheus_throughput(prom: c.PrometheusServer, workloads: list[int], second
     with Prometheus's CPU per query."""
     with tempfile.TemporaryDirectory() as tmp:
         urls = Path(tmp) / "urls.txt"
-        urls.write_text("".join(
-            f"{prom.url}/api/v1/query?{urllib.parse.urlencode({'query': c.prometheus_query(w)})}\n"
-            for w in workloads))
+        urls.write_text(
+            "".join(
+                f"{prom.url}/api/v1/query?{urllib.parse.urlencode({'query': c.prometheus_query(w)})}\n"
+                for w in workloads
+            )
+        )
         cpu0, t0 = c.cpu_seconds(prom.pid), time.monotonic()
         out = c.h2load(urls, clients=4, seconds=seconds)
         cpu, wall = c.cpu_seconds(prom.pid) - cpu0, time.monotonic() - t0
-    return {"client": "h2load --h1, 4 connections", **out,
-            "prometheus_cpu_cores": round(cpu / wall, 3),
-            "prometheus_cpu_us_per_query": round(cpu / out["done"] * 1e6, 1),
-            "prometheus_capacity_queries_per_core_s": round(out["done"] / cpu, 1)}
+    return {
+        "client": "h2load --h1, 4 connections",
+        **out,
+        "prometheus_cpu_cores": round(cpu / wall, 3),
+        "prometheus_cpu_us_per_query": round(cpu / out["done"] * 1e6, 1),
+        "prometheus_capacity_queries_per_core_s": round(out["done"] / cpu, 1),
+    }
 
 
 def compiled_latency(port: int, workloads: int, seconds: float = 5.0) -> dict[str, Any] | None:
@@ -212,11 +236,16 @@ def compiled_latency(port: int, workloads: int, seconds: float = 5.0) -> dict[st
         requests = c.write_messages(Path(tmp) / "requests.bin", c.get_metrics_requests(workloads))
         health = c.write_messages(Path(tmp) / "health.bin", [b""])
         get = c.grpc_load(binary, port, requests, threads=1, seconds=seconds)
-        floor = c.grpc_load(binary, port, health, threads=1, seconds=seconds,
-                            method="/grpc.health.v1.Health/Check")
-    return {"client": "bench/load/grpc_load.cc, one call at a time", "getmetrics_ms": get["latency_ms"],
-            "getmetrics_calls": get["calls"], "getmetrics_errors": get["errors"],
-            "health_check_ms": floor["latency_ms"]}
+        floor = c.grpc_load(
+            binary, port, health, threads=1, seconds=seconds, method="/grpc.health.v1.Health/Check"
+        )
+    return {
+        "client": "bench/load/grpc_load.cc, one call at a time",
+        "getmetrics_ms": get["latency_ms"],
+        "getmetrics_calls": get["calls"],
+        "getmetrics_errors": get["errors"],
+        "health_check_ms": floor["latency_ms"],
+    }
 
 
 def single(args: argparse.Namespace) -> dict[str, Any]:
@@ -227,9 +256,16 @@ def single(args: argparse.Namespace) -> dict[str, Any]:
         times, errors = grpc_latency(s["grpc_port"], [0], args.calls)
         floor = health_latency(s["grpc_port"], args.calls)
         compiled = compiled_latency(s["grpc_port"], 1)
-    return {"nodes": 1, "gpus": 8, "scaled_objects": 1, "value_error": deviation, "errors": errors,
-            "getmetrics_ms": c.summary_ms(times), "health_check_ms": c.summary_ms(floor),
-            "compiled_client": compiled}
+    return {
+        "nodes": 1,
+        "gpus": 8,
+        "scaled_objects": 1,
+        "value_error": deviation,
+        "errors": errors,
+        "getmetrics_ms": c.summary_ms(times),
+        "health_check_ms": c.summary_ms(floor),
+        "compiled_client": compiled,
+    }
 
 
 def measure(s: dict[str, Any], layout: c.Layout, args: argparse.Namespace) -> dict[str, Any]:
@@ -260,8 +296,13 @@ def measure(s: dict[str, Any], layout: c.Layout, args: argparse.Namespace) -> di
 def scale(args: argparse.Namespace) -> dict[str, Any]:
     layout = c.Layout(nodes=args.nodes, workloads=args.workloads)
     workloads = list(range(args.workloads))
-    out: dict[str, Any] = {"nodes": args.nodes, "gpus": args.nodes * c.GPUS_PER_NODE,
-                           "scaled_objects": args.workloads, "gpus_per_workload": 8, "scaler": {}}
+    out: dict[str, Any] = {
+        "nodes": args.nodes,
+        "gpus": args.nodes * c.GPUS_PER_NODE,
+        "scaled_objects": args.workloads,
+        "gpus_per_workload": 8,
+        "scaler": {},
+    }
     with c.fleet(layout) as f:
         agents = [f"127.0.0.1:{p}" for p in f["ports"]]
         target = f"127.0.0.1:{f['metrics_port']}"
@@ -288,12 +329,16 @@ def scale(args: argparse.Namespace) -> dict[str, Any]:
     p = out["prometheus"]["query_ms"]
     for run in out["scaler"].values():
         g = run["getmetrics_ms"]
-        run["ratio_prometheus_over_gpuscale"] = {"p50": round(p["p50"] / g["p50"], 1),
-                                                 "p99": round(p["p99"] / g["p99"], 1)}
+        run["ratio_prometheus_over_gpuscale"] = {
+            "p50": round(p["p50"] / g["p50"], 1),
+            "p99": round(p["p99"] / g["p99"], 1),
+        }
         if loaded is not None:  # calls answered per CPU-second, gpuscale over Prometheus
             run["ratio_capacity_per_core_gpuscale_over_prometheus"] = round(
                 run["throughput"]["scaler_capacity_calls_per_core_s"]
-                / loaded["prometheus_capacity_queries_per_core_s"], 2)
+                / loaded["prometheus_capacity_queries_per_core_s"],
+                2,
+            )
     return out
 
 
@@ -305,10 +350,17 @@ def main() -> int:
     ap.add_argument("--prom-calls", type=int, default=1000, help="sequential Prometheus queries measured")
     ap.add_argument("--seconds", type=float, default=10.0, help="throughput phase")
     ap.add_argument("--scrape", default="15s")
-    ap.add_argument("--warm", type=float, default=125.0,
-                    help="seconds of streaming before measuring: the scaler keeps 120 s of samples per GPU")
-    ap.add_argument("--ingest-workers", default="0,1",
-                    help="scaler configurations to measure, comma-separated --ingest-workers values")
+    ap.add_argument(
+        "--warm",
+        type=float,
+        default=125.0,
+        help="seconds of streaming before measuring: the scaler keeps 120 s of samples per GPU",
+    )
+    ap.add_argument(
+        "--ingest-workers",
+        default="0,1",
+        help="scaler configurations to measure, comma-separated --ingest-workers values",
+    )
     ap.add_argument("--out")
     args = ap.parse_args()
     args.ingest_workers = [int(w) for w in args.ingest_workers.split(",")]
@@ -317,11 +369,15 @@ def main() -> int:
         "benchmark": "scaler-scale",
         "machine": c.machine(),
         "setup": "scaler subprocess (taskset -c 0,1) fed by simulated agents over real Watch streams; "
-                 "client, fleet and Prometheus share the same 2 cores",
+        "client, fleet and Prometheus share the same 2 cores",
         "single_workload": single(args),
         "scale": scale(args),
-        "goals": {"p99_ms_at_scale": "< 2", "p99_ms_8_gpus": "< 1", "calls_per_s": "> 5000",
-                  "ratio_vs_prometheus": ">= 10"},
+        "goals": {
+            "p99_ms_at_scale": "< 2",
+            "p99_ms_8_gpus": "< 1",
+            "calls_per_s": "> 5000",
+            "ratio_vs_prometheus": ">= 10",
+        },
     }
     result["met"] = {
         name: {

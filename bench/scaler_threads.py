@@ -100,7 +100,8 @@ def run(nodes: int, seconds: float, warm: float) -> dict[str, Any]:
         "getmetrics": get,
         "getmetrics_main_thread_over_floor": (
             round(get["main_thread_us_per_call"] / floor["main_thread_us_per_call"], 2)
-            if get["main_thread_us_per_call"] and floor["main_thread_us_per_call"] else None
+            if get["main_thread_us_per_call"] and floor["main_thread_us_per_call"]
+            else None
         ),
     }
 

@@ -77,8 +77,13 @@ async def start_agent(socket_dir: Path) -> AsyncIterator[AgentFactory]:
         **settings: Any,
     ) -> Agent:
         base = AgentSettings(
-            node_name=node, interval=0.1, grpc_address="127.0.0.1:0", metrics_address="127.0.0.1:0",
-            kubelet_socket=socket_dir / "kubelet.sock", attribution_interval=0.1, history_seconds=30.0,
+            node_name=node,
+            interval=0.1,
+            grpc_address="127.0.0.1:0",
+            metrics_address="127.0.0.1:0",
+            kubelet_socket=socket_dir / "kubelet.sock",
+            attribution_interval=0.1,
+            history_seconds=30.0,
         )
         if backend is None:
             backend = MockBackend(MockConfig(gpus=gpus, patterns=parse_patterns(patterns), node=node))

@@ -13,9 +13,12 @@ from ._proto import agent_pb2
 from .model import (
     SAMPLE_FIELDS,
     Assignment,
+    BucketCounts,
     ContainerRef,
     DeviceInfo,
+    EngineSample,
     GpuSample,
+    ModelSignals,
     PodInfo,
     ProcessSample,
     Vendor,
@@ -42,8 +45,13 @@ def _opt(msg: Any, name: str) -> Any:
 
 def device_to_pb(d: DeviceInfo) -> agent_pb2.Device:
     m = agent_pb2.Device(
-        index=d.index, uuid=d.uuid, name=d.name, pci_bus_id=d.pci_bus_id, vendor=d.vendor.value,
-        parent_uuid=d.parent_uuid or "", mig_profile=d.mig_profile or "",
+        index=d.index,
+        uuid=d.uuid,
+        name=d.name,
+        pci_bus_id=d.pci_bus_id,
+        vendor=d.vendor.value,
+        parent_uuid=d.parent_uuid or "",
+        mig_profile=d.mig_profile or "",
     )
     if d.memory_total_bytes is not None:
         m.memory_total_bytes = d.memory_total_bytes
@@ -60,11 +68,18 @@ def device_to_pb(d: DeviceInfo) -> agent_pb2.Device:
 
 def device_from_pb(m: agent_pb2.Device) -> DeviceInfo:
     return DeviceInfo(
-        index=m.index, uuid=m.uuid, name=m.name, pci_bus_id=m.pci_bus_id,
-        memory_total_bytes=_opt(m, "memory_total_bytes"), power_limit_watts=_opt(m, "power_limit_watts"),
-        vendor=Vendor(m.vendor) if m.vendor else Vendor.NVIDIA, mig_enabled=_opt(m, "mig_enabled"),
-        parent_uuid=m.parent_uuid or None, mig_profile=m.mig_profile or None,
-        gpu_instance_id=_opt(m, "gpu_instance_id"), compute_instance_id=_opt(m, "compute_instance_id"),
+        index=m.index,
+        uuid=m.uuid,
+        name=m.name,
+        pci_bus_id=m.pci_bus_id,
+        memory_total_bytes=_opt(m, "memory_total_bytes"),
+        power_limit_watts=_opt(m, "power_limit_watts"),
+        vendor=Vendor(m.vendor) if m.vendor else Vendor.NVIDIA,
+        mig_enabled=_opt(m, "mig_enabled"),
+        parent_uuid=m.parent_uuid or None,
+        mig_profile=m.mig_profile or None,
+        gpu_instance_id=_opt(m, "gpu_instance_id"),
+        compute_instance_id=_opt(m, "compute_instance_id"),
     )
 
 
@@ -105,8 +120,12 @@ def sample_row_from_pb(
         m.sm_clock_mhz if has("sm_clock_mhz") else _NAN,
     )
     # GPM activity: only Hopper and newer send it; a row without it stops at the fields every GPU has
-    if has("sm_active") or has("gr_engine_active") or has("tensor_active") or has("sm_occupancy") or has(
-        "dram_active"
+    if (
+        has("sm_active")
+        or has("gr_engine_active")
+        or has("tensor_active")
+        or has("sm_occupancy")
+        or has("dram_active")
     ):
         values += (
             m.gr_engine_active if has("gr_engine_active") else _NAN,
@@ -128,8 +147,13 @@ def sample_row_from_pb(
 
 def assignment_to_pb(a: Assignment) -> agent_pb2.Attribution:
     c = a.container
-    return agent_pb2.Attribution(namespace=c.namespace, pod=c.pod, container=c.container,
-                                 resource_name=a.resource_name, device_id=a.device_id)
+    return agent_pb2.Attribution(
+        namespace=c.namespace,
+        pod=c.pod,
+        container=c.container,
+        resource_name=a.resource_name,
+        device_id=a.device_id,
+    )
 
 
 def assignment_from_pb(m: agent_pb2.Attribution) -> Assignment:
@@ -149,3 +173,45 @@ def pod_from_pb(m: agent_pb2.Pod) -> PodInfo:
 
 def pods_to_pb(pods: Iterable[PodInfo]) -> list[agent_pb2.Pod]:
     return [pod_to_pb(p) for p in pods]
+
+
+# ----- inference engines
+_ENGINE_FIELDS = ("waiting", "running", "kv_cache_usage", "prompt_tokens", "generation_tokens")
+
+
+def _histogram_to_pb(h: BucketCounts | None, out: agent_pb2.Histogram) -> None:
+    if h is not None:
+        out.bounds.extend(h.bounds)
+        out.counts.extend(h.counts)
+
+
+def _histogram_from_pb(m: agent_pb2.Histogram) -> BucketCounts | None:
+    if not m.bounds or len(m.bounds) != len(m.counts):
+        return None
+    return BucketCounts(tuple(m.bounds), tuple(m.counts))
+
+
+def engine_reading_to_pb(s: EngineSample) -> agent_pb2.EngineReading:
+    out = agent_pb2.EngineReading(timestamp=s.timestamp, engine=s.engine)
+    for m in s.models:
+        model = out.models.add(model=m.model)
+        for name in _ENGINE_FIELDS:
+            value = getattr(m, name)
+            if value is not None:
+                setattr(model, name, value)
+        _histogram_to_pb(m.ttft, model.ttft)
+        _histogram_to_pb(m.itl, model.itl)
+    return out
+
+
+def engine_reading_from_pb(m: agent_pb2.EngineReading) -> EngineSample:
+    models = tuple(
+        ModelSignals(
+            model=x.model,
+            ttft=_histogram_from_pb(x.ttft),
+            itl=_histogram_from_pb(x.itl),
+            **{name: _opt(x, name) for name in _ENGINE_FIELDS},
+        )
+        for x in m.models
+    )
+    return EngineSample(m.timestamp, m.engine, tuple(sorted(models, key=lambda x: x.model)))

@@ -32,4 +32,3 @@ class ListenError(UsageError):
             f"{flag} {address}: cannot listen there ({reason}); is another process using the port, "
             "or is the address not this host's?"
         )
-

@@ -1,4 +1,5 @@
-"""Plain data shared by every layer: what a GPU is and what one reading of it says.
+"""Plain data shared by every layer: what a GPU is and what one reading of it says, and what an inference
+engine's metrics said.
 
 Units are fixed here, once: percentages 0-100, bytes, watts, degrees Celsius, MHz, Unix seconds.
 A field a device does not support is ``None`` (absent), never 0.
@@ -13,10 +14,14 @@ from dataclasses import dataclass, field
 __all__ = [
     "SAMPLE_FIELDS",
     "Assignment",
+    "BucketCounts",
     "ContainerRef",
     "DeviceInfo",
     "DraDevice",
+    "EngineMissing",
+    "EngineSample",
     "GpuSample",
+    "ModelSignals",
     "PodInfo",
     "ProcessSample",
     "Vendor",
@@ -216,3 +221,66 @@ class PodInfo:
     labels: Mapping[str, str] = field(default_factory=dict, hash=False)
     # asks for a GPU (a container's limit of a GPU resource, or a ResourceClaim); None: not known
     wants_gpu: bool | None = None
+    # only the annotations under gpuscale.io/ and prometheus.io/ (where its engine serves metrics): a pod's
+    # other annotations can be large (kubectl's last-applied-configuration) and the agent has no use for them
+    annotations: Mapping[str, str] = field(default_factory=dict, hash=False)
+    ip: str = ""  # status.podIP; "" until the pod has one
+
+
+# ----- inference engines' own signals (read by the agent from each GPU pod's engine, see agent.engines)
+@dataclass(frozen=True, slots=True)
+class BucketCounts:
+    """A histogram as an engine exposes it at one instant: cumulative counts of observations at most each
+    upper bound (``bounds`` ascending, the last ``inf``), counted since the engine started. Bounds in the
+    engine's unit converted to seconds for latencies."""
+
+    bounds: tuple[float, ...]
+    counts: tuple[float, ...]
+
+    @property
+    def total(self) -> float:
+        return self.counts[-1] if self.counts else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSignals:
+    """One model served by an engine, as one scrape read it. A field the engine does not expose, or exposed
+    with a value that cannot be right (NaN, negative, a cache fill over 100 %), is ``None``: absent, never 0.
+
+    ``waiting``/``running``: requests queued / in the running batch; ``kv_cache_usage``: percent 0-100;
+    ``ttft``/``itl``: time to first token and inter-token latency histograms (seconds); ``prompt_tokens``/
+    ``generation_tokens``: counters since the engine started."""
+
+    model: str
+    waiting: float | None = None
+    running: float | None = None
+    kv_cache_usage: float | None = None
+    ttft: BucketCounts | None = None
+    itl: BucketCounts | None = None
+    prompt_tokens: float | None = None
+    generation_tokens: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSample:
+    """One scrape of one pod's inference engine at ``timestamp`` (Unix seconds). ``engine`` is what served it
+    (``vllm``, ``sglang``, ``tgi``, ``triton``); ``models`` sorted by name; ``notes`` say why a field that
+    engine should have is absent (one line each)."""
+
+    timestamp: float
+    engine: str
+    models: tuple[ModelSignals, ...]
+    notes: tuple[str, ...] = ()
+
+    def model(self, name: str) -> ModelSignals | None:
+        return next((m for m in self.models if m.model == name), None)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineMissing:
+    """A pod whose engine could not be read at ``timestamp``: ``reason`` is one of the results of
+    ``gpuscale_agent_engine_scrapes_total`` (``timeout``, ``too_large``, …), ``detail`` one line of why."""
+
+    timestamp: float
+    reason: str
+    detail: str

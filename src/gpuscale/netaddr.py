@@ -23,8 +23,7 @@ def parse_host_port(text: str, what: str) -> tuple[str, int]:
     unbracketed_v6 = ":" in host and not bracketed  # fe80::1:6000 is ambiguous: [fe80::1]:6000
     if not sep or not host or unbracketed_v6 or not port.isdigit() or not 0 < int(port) <= 65535:
         raise UsageError(
-            f'{what} "{text}" must be HOST:PORT, e.g. [::]:6000, 0.0.0.0:6000 or '
-            "gpuscale-agent.gpuscale:6000"
+            f'{what} "{text}" must be HOST:PORT, e.g. [::]:6000, 0.0.0.0:6000 or gpuscale-agent.gpuscale:6000'
         )
     return host, int(port)
 

@@ -18,8 +18,9 @@ from .faults import FlakyBackend
 from .test_metrics import eventually, scrape, series
 
 
-async def test_kubelet_socket_disappears_and_comes_back(start_agent: AgentFactory, kubelet: FakeKubelet,
-                                                        caplog: pytest.LogCaptureFixture) -> None:
+async def test_kubelet_socket_disappears_and_comes_back(
+    start_agent: AgentFactory, kubelet: FakeKubelet, caplog: pytest.LogCaptureFixture
+) -> None:
     agent = await start_agent("constant:50", gpus=2)
     u0, u1 = (d.uuid for d in agent.state.devices)
     kubelet.pods = [pod_resources("ai", "llm-0", {"server": [("nvidia.com/gpu", [u0])]})]
@@ -46,9 +47,12 @@ async def test_hung_read_is_bounded_and_others_go_on(start_agent: AgentFactory) 
     await asyncio.sleep(0.25)
     backend.hanging.add(1)
     try:
+
         async def timed_out() -> bool:
             _, text = await scrape(agent)
-            errs = {(lab["gpu"], lab["kind"]): v for lab, v in series(text, "gpuscale_agent_read_errors_total")}
+            errs = {
+                (lab["gpu"], lab["kind"]): v for lab, v in series(text, "gpuscale_agent_read_errors_total")
+            }
             return errs.get(("1", "timeout"), 0) >= 2
 
         await eventually(timed_out)
@@ -80,7 +84,7 @@ async def test_driver_reload_reopens_the_backend(start_agent: AgentFactory) -> N
     assert {lab["gpu"]: v for lab, v in series(text, "gpuscale_agent_gpu_up")} == {"0": 0.0, "1": 0.0}
     assert [v for lab, v in series(text, "DCGM_FI_DEV_GPU_UTIL")] == [45.0, 45.0]  # last values, aging
     backend.driver_gone = False  # the driver is back: the agent re-opens the backend by itself
-    await eventually(lambda: _up(agent, "0") , timeout=5)
+    await eventually(lambda: _up(agent, "0"), timeout=5)
     assert backend.opens >= 2
     _, text = await scrape(agent)
     assert series(text, "gpuscale_agent_backend_reopens_total")[0][1] >= 1
@@ -124,7 +128,7 @@ async def test_stop_never_closes_the_backend_under_a_running_read(start_agent: A
     quiet = FlakyBackend(gpus=1)
     quiet_closes: list[bool] = []
     inner = quiet.close
-    quiet.close = lambda: (quiet_closes.append(True), inner())[1]  # type: ignore[method-assign]
+    quiet.close = lambda: (quiet_closes.append(True), inner())[1]  # type: ignore[func-returns-value,method-assign]
     calm = await start_agent(backend=quiet)
     await asyncio.sleep(0.15)
     await calm.stop()
@@ -163,8 +167,11 @@ class _RelayoutBackend:
         self.opens = 0
 
     def _make(self) -> MockBackend:
-        return MockBackend(MockConfig(gpus=1, patterns=parse_patterns("constant:50"), node="node-a",
-                                      mig_profiles=self.profiles))
+        return MockBackend(
+            MockConfig(
+                gpus=1, patterns=parse_patterns("constant:50"), node="node-a", mig_profiles=self.profiles
+            )
+        )
 
     def open(self) -> None:
         self.opens += 1
@@ -225,4 +232,3 @@ async def test_an_id_that_is_never_listed_costs_one_listing_and_a_failing_gpu_no
     assert backend.opens == 2  # GPU 1 failing: no relisting
     backend.heal(1)
     await eventually(lambda: backend.opens == 3)
-

@@ -51,20 +51,36 @@ async def eventually(check, timeout: float = 5.0):  # type: ignore[no-untyped-de
         await asyncio.sleep(0.05)
 
 
-DCGM = ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
-        "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK",
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_ENC_UTIL",
-        "DCGM_FI_DEV_DEC_UTIL", "DCGM_FI_DEV_FB_RESERVED", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_XID_ERRORS",
-        "DCGM_FI_DEV_MEMORY_TEMP"]
+DCGM = [
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_MEM_CLOCK",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    "DCGM_FI_DEV_ENC_UTIL",
+    "DCGM_FI_DEV_DEC_UTIL",
+    "DCGM_FI_DEV_FB_RESERVED",
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_FI_DEV_MEMORY_TEMP",
+]
 
 
 async def test_series_for_every_gpu_within_two_intervals(start_agent: AgentFactory) -> None:
     t0 = time.monotonic()
     agent = await start_agent("constant:10,constant:20,constant:30,constant:40", gpus=4)
+
     async def ready() -> str | None:
         _status, text = await scrape(agent)
         return text if series(text, "DCGM_FI_DEV_GPU_UTIL") else None
+
     text = await eventually(ready)
     assert time.monotonic() - t0 < 2 * 0.1 + 1.0  # two intervals, plus start-up
     for name in DCGM:
@@ -79,19 +95,34 @@ async def test_series_for_every_gpu_within_two_intervals(start_agent: AgentFacto
     fb_used = series(text, "DCGM_FI_DEV_FB_USED")[0][1]
     fb_free = series(text, "DCGM_FI_DEV_FB_FREE")[0][1]
     fb_reserved = series(text, "DCGM_FI_DEV_FB_RESERVED")[0][1]
-    assert fb_used + fb_free + fb_reserved == pytest.approx(81559, abs=1)  # MiB: total = used + free + reserved
+    assert fb_used + fb_free + fb_reserved == pytest.approx(
+        81559, abs=1
+    )  # MiB: total = used + free + reserved
     energy = {lab["gpu"]: v for lab, v in series(text, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")}
     await asyncio.sleep(0.3)
     _, later = await scrape(agent)
-    assert all(v > energy[lab["gpu"]] for lab, v in series(later, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"))  # mJ
+    assert all(
+        v > energy[lab["gpu"]] for lab, v in series(later, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
+    )  # mJ
     # GPM activity (an H100: Hopper) as DCGM's profiling fields: ratios, not percent.
     sm = {lab["gpu"]: v for lab, v in series(text, "DCGM_FI_PROF_SM_ACTIVE")}
-    assert sm == {"0": pytest.approx(0.08), "1": pytest.approx(0.16), "2": pytest.approx(0.24), "3": pytest.approx(0.32)}
-    assert {lab["gpu"]: v for lab, v in series(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")}["3"] == pytest.approx(0.4)
+    assert sm == {
+        "0": pytest.approx(0.08),
+        "1": pytest.approx(0.16),
+        "2": pytest.approx(0.24),
+        "3": pytest.approx(0.32),
+    }
+    assert {lab["gpu"]: v for lab, v in series(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")}["3"] == pytest.approx(
+        0.4
+    )
     # PCIe rates in bytes/s, from the same GPM interval: the mock's GPU 3 at 40 % receives 2.4 GB/s
     rx = {lab["gpu"]: v for lab, v in series(text, "DCGM_FI_PROF_PCIE_RX_BYTES")}
     assert rx["3"] == pytest.approx(2.4e9) and len(series(text, "DCGM_FI_PROF_PCIE_TX_BYTES")) == 4
-    assert len(series(text, "DCGM_FI_PROF_NVLINK_RX_BYTES")) == len(series(text, "DCGM_FI_PROF_NVLINK_TX_BYTES")) == 4
+    assert (
+        len(series(text, "DCGM_FI_PROF_NVLINK_RX_BYTES"))
+        == len(series(text, "DCGM_FI_PROF_NVLINK_TX_BYTES"))
+        == 4
+    )
 
 
 async def test_gpus_without_gpm_have_no_profiling_series(start_agent: AgentFactory) -> None:
@@ -232,13 +263,19 @@ async def _up_is(agent: Agent, gpu: str, value: float) -> bool:
     return {lab["gpu"]: v for lab, v in series(text, "gpuscale_agent_gpu_up")}.get(gpu) == value
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian's prometheus package) not installed")
+@pytest.mark.skipif(
+    shutil.which("promtool") is None, reason="promtool (Debian's prometheus package) not installed"
+)
 async def test_promtool_finds_no_problem(start_agent: AgentFactory, kubelet: FakeKubelet) -> None:
     agent = await start_agent("constant:50", gpus=2)
-    kubelet.pods = [pod_resources("ai", "llm-0", {"server": [("nvidia.com/gpu", [agent.state.devices[0].uuid])]})]
+    kubelet.pods = [
+        pod_resources("ai", "llm-0", {"server": [("nvidia.com/gpu", [agent.state.devices[0].uuid])]})
+    ]
     await eventually(lambda: _attributed(agent))
     _, text = await scrape(agent)
-    r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        ["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=30
+    )
     problems = [line for line in (r.stdout + r.stderr).splitlines() if line.strip()]
     # The only complaints allowed are about dcgm-exporter's own names: its label names (UUID, modelName,
     # Hostname, PodName…) are camelCase, and DCGM_FI_DEV_PCIE_REPLAY_COUNTER has "counter" in it. They are
@@ -250,7 +287,9 @@ async def test_promtool_finds_no_problem(start_agent: AgentFactory, kubelet: Fak
     assert all(compat.match(p) for p in problems), problems
     # Everything else, the gpuscale_* series included, passes promtool with no remark at all.
     own = "\n".join(line for line in text.splitlines() if "DCGM_" not in line) + "\n"
-    r = subprocess.run(["promtool", "check", "metrics"], input=own, capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        ["promtool", "check", "metrics"], input=own, capture_output=True, text=True, timeout=30
+    )
     assert r.returncode == 0 and not (r.stdout + r.stderr).strip(), r.stdout + r.stderr
 
 
@@ -266,7 +305,9 @@ async def test_mig_series_per_gpu_instance_and_the_gpu_only_for_what_instances_l
     instance reports (temperature, power, clocks, health)."""
     from gpuscale.backends.mock import MockBackend, MockConfig, find_model
 
-    mig = MockBackend(MockConfig(gpus=1, model=find_model("h100"), node="node-a", mig_profiles=("3g.40gb", "4g.40gb")))
+    mig = MockBackend(
+        MockConfig(gpus=1, model=find_model("h100"), node="node-a", mig_profiles=("3g.40gb", "4g.40gb"))
+    )
     agent = await start_agent(backend=mig)
 
     async def ready() -> str | None:
@@ -290,9 +331,22 @@ def test_compute_instances_of_one_gpu_instance_make_one_series() -> None:
     from gpuscale.model import DeviceInfo, GpuSample
 
     def instance(uuid: str, ci: int) -> GpuView:
-        d = DeviceInfo(0, uuid, "NVIDIA H100 80GB HBM3", "00000000:19:00.0", 40 * 2**30, None, mig_enabled=True,
-                       parent_uuid="GPU-p", mig_profile="3g.40gb", gpu_instance_id=1, compute_instance_id=ci)
-        return GpuView(d, GpuSample(uuid, 1.0, memory_used_bytes=2**30, memory_total_bytes=40 * 2**30), None, ())
+        d = DeviceInfo(
+            0,
+            uuid,
+            "NVIDIA H100 80GB HBM3",
+            "00000000:19:00.0",
+            40 * 2**30,
+            None,
+            mig_enabled=True,
+            parent_uuid="GPU-p",
+            mig_profile="3g.40gb",
+            gpu_instance_id=1,
+            compute_instance_id=ci,
+        )
+        return GpuView(
+            d, GpuSample(uuid, 1.0, memory_used_bytes=2**30, memory_total_bytes=40 * 2**30), None, ()
+        )
 
     snap = NodeSnapshot("node-a", (instance("MIG-a", 0), instance("MIG-b", 1)), {}, 1.0, 1)
     families = {m.name: m for m in GpuCollector(lambda: snap, clock=lambda: 2.0).collect()}
@@ -302,7 +356,9 @@ def test_compute_instances_of_one_gpu_instance_make_one_series() -> None:
 async def test_amd_series_as_amds_exporter_names_them(start_agent: AgentFactory) -> None:
     from gpuscale.backends.mock import MockBackend, MockConfig, find_model
 
-    amd = MockBackend(MockConfig(gpus=1, model=find_model("mi300x"), node="node-a", patterns=parse_patterns("constant:50")))
+    amd = MockBackend(
+        MockConfig(gpus=1, model=find_model("mi300x"), node="node-a", patterns=parse_patterns("constant:50"))
+    )
     agent = await start_agent(backend=amd)
 
     async def ready() -> str | None:
@@ -315,16 +371,30 @@ async def test_amd_series_as_amds_exporter_names_them(start_agent: AgentFactory)
     assert series(text, "gpu_package_power")[0][1] == series(text, "gpu_power_usage")[0][1]
     assert not series(text, "DCGM_FI_DEV_GPU_UTIL")
     # the labels AMD's exporter always sets, so its dashboards' selectors and groupings find these series
-    (labels, _), = series(text, "gpu_gfx_activity")
-    assert {k: labels[k] for k in ("gpu_id", "card_model", "hostname", "gpu_partition_id",
-                                   "gpu_compute_partition_type", "gpu_memory_partition_type",
-                                   "deployment_mode")} == {
-        "gpu_id": "0", "card_model": "AMD Instinct MI300X", "hostname": "node-a", "gpu_partition_id": "0",
-        "gpu_compute_partition_type": "spx", "gpu_memory_partition_type": "nps1", "deployment_mode": "baremetal",
+    ((labels, _),) = series(text, "gpu_gfx_activity")
+    assert {
+        k: labels[k]
+        for k in (
+            "gpu_id",
+            "card_model",
+            "hostname",
+            "gpu_partition_id",
+            "gpu_compute_partition_type",
+            "gpu_memory_partition_type",
+            "deployment_mode",
+        )
+    } == {
+        "gpu_id": "0",
+        "card_model": "AMD Instinct MI300X",
+        "hostname": "node-a",
+        "gpu_partition_id": "0",
+        "gpu_compute_partition_type": "spx",
+        "gpu_memory_partition_type": "nps1",
+        "deployment_mode": "baremetal",
     }
     assert labels["serial_number"]
     # the agent's own per-GPU series name the node as the GPU's series do: AMD's hostname
-    (up_labels, _), = series(text, "gpuscale_agent_gpu_up")
+    ((up_labels, _),) = series(text, "gpuscale_agent_gpu_up")
     assert up_labels["hostname"] == "node-a" and "Hostname" not in up_labels
 
 
@@ -351,6 +421,7 @@ async def test_the_xid_of_a_gpu_that_fell_off_the_bus_reaches_metrics(
     await eventually(lambda: xid(0.0))
     gpu.fail = NVML_ERROR_GPU_IS_LOST  # reads fail from here on; the driver reports the XID
     module.raise_xid(gpu, 79)
+
     async def lost_with_its_xid() -> str | None:
         text = await xid(79.0)
         return text if text and series(text, "gpuscale_agent_gpu_up")[0][1] == 0.0 else None
@@ -366,21 +437,51 @@ def test_mig_compute_instances_keep_every_pod_and_a_gpu_without_instances_keeps_
     from gpuscale.model import Assignment, ContainerRef, DeviceInfo, GpuSample, ProcessSample
 
     def instance(uuid: str, ci: int, pod: str) -> GpuView:
-        d = DeviceInfo(0, uuid, "NVIDIA H100 80GB HBM3", "00000000:19:00.0", 40 * 2**30, None, mig_enabled=True,
-                       parent_uuid="GPU-p", mig_profile="3g.40gb", gpu_instance_id=1, compute_instance_id=ci)
+        d = DeviceInfo(
+            0,
+            uuid,
+            "NVIDIA H100 80GB HBM3",
+            "00000000:19:00.0",
+            40 * 2**30,
+            None,
+            mig_enabled=True,
+            parent_uuid="GPU-p",
+            mig_profile="3g.40gb",
+            gpu_instance_id=1,
+            compute_instance_id=ci,
+        )
         ref = ContainerRef("ml", pod, "main")
-        sample = GpuSample(uuid, 1.0, memory_used_bytes=2**30, memory_total_bytes=40 * 2**30,
-                           processes=(ProcessSample(100 + ci, 2**29, None),))
+        sample = GpuSample(
+            uuid,
+            1.0,
+            memory_used_bytes=2**30,
+            memory_total_bytes=40 * 2**30,
+            processes=(ProcessSample(100 + ci, 2**29, None),),
+        )
         return GpuView(d, sample, None, (Assignment(ref, "nvidia.com/mig-3g.40gb", uuid),), {100 + ci: ref})
 
     snap = NodeSnapshot("node-a", (instance("MIG-a", 0, "pod-a"), instance("MIG-b", 1, "pod-b")), {}, 1.0, 1)
     families = {m.name: m for m in GpuCollector(lambda: snap, clock=lambda: 2.0).collect()}
     assert sorted(s.labels["pod"] for s in families["DCGM_FI_DEV_FB_USED"].samples) == ["pod-a", "pod-b"]
-    assert sorted(s.labels["PodName"] for s in families["DCGM_CUSTOM_PROCESS_MEM_USED"].samples) == ["pod-a", "pod-b"]
+    assert sorted(s.labels["PodName"] for s in families["DCGM_CUSTOM_PROCESS_MEM_USED"].samples) == [
+        "pod-a",
+        "pod-b",
+    ]
 
     # A GPU in MIG mode before the MIG manager has created its instances: its own memory series stay.
-    parent = DeviceInfo(0, "GPU-p", "NVIDIA H100 80GB HBM3", "00000000:19:00.0", 80 * 2**30, 700.0, mig_enabled=True)
-    lone = NodeSnapshot("node-a", (GpuView(parent, GpuSample("GPU-p", 1.0, memory_used_bytes=0,
-                                                            memory_total_bytes=80 * 2**30), None, ()),), {}, 1.0, 1)
+    parent = DeviceInfo(
+        0, "GPU-p", "NVIDIA H100 80GB HBM3", "00000000:19:00.0", 80 * 2**30, 700.0, mig_enabled=True
+    )
+    lone = NodeSnapshot(
+        "node-a",
+        (
+            GpuView(
+                parent, GpuSample("GPU-p", 1.0, memory_used_bytes=0, memory_total_bytes=80 * 2**30), None, ()
+            ),
+        ),
+        {},
+        1.0,
+        1,
+    )
     families = {m.name: m for m in GpuCollector(lambda: lone, clock=lambda: 2.0).collect()}
     assert "DCGM_FI_DEV_FB_USED" in families

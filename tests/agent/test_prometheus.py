@@ -34,10 +34,15 @@ async def test_promql_over_the_agent(start_agent: AgentFactory, kubelet: FakeKub
             assert float(avg[0]["value"][1]) == pytest.approx(40.0)  # GPUs 0 and 1: (30 + 50) / 2
             per_pod = prom.query('max by (pod) (DCGM_FI_DEV_GPU_UTIL{namespace="ai"})')
             assert {r["metric"]["pod"]: float(r["value"][1]) for r in per_pod} == {
-                "llm-7d9f-a": 30.0, "llm-7d9f-b": 50.0, "embed-0": 70.0}
+                "llm-7d9f-a": 30.0,
+                "llm-7d9f-b": 50.0,
+                "embed-0": 70.0,
+            }
             unattributed = prom.query('DCGM_FI_DEV_GPU_UTIL{pod=""}')
             assert [float(r["value"][1]) for r in unattributed] == [90.0]
-            total = prom.query('sum(DCGM_FI_DEV_FB_USED) + sum(DCGM_FI_DEV_FB_FREE) + sum(DCGM_FI_DEV_FB_RESERVED)')
+            total = prom.query(
+                "sum(DCGM_FI_DEV_FB_USED) + sum(DCGM_FI_DEV_FB_FREE) + sum(DCGM_FI_DEV_FB_RESERVED)"
+            )
             assert float(total[0]["value"][1]) == pytest.approx(4 * 81559, abs=4)
 
     # Prometheus runs in a thread so the agent's event loop keeps serving scrapes.

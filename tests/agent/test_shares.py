@@ -41,24 +41,39 @@ async def apiserver() -> AsyncIterator[FakeApiServer]:
     await server.stop()
 
 
-async def test_two_pods_sharing_a_gpu(start_agent: AgentFactory, kubelet: FakeKubelet, apiserver: FakeApiServer,
-                                      tmp_path: Path) -> None:
+async def test_two_pods_sharing_a_gpu(
+    start_agent: AgentFactory, kubelet: FakeKubelet, apiserver: FakeApiServer, tmp_path: Path
+) -> None:
     proc = tmp_path / "proc"
     pods = {"embed-a": (1001, 0.25, "a" * 64), "embed-b": (1002, 0.5, "b" * 64)}
     for name, (pid, _, cid) in pods.items():
         uid = str(uuidlib.uuid4())
-        apiserver.add_pod(make_pod("ai", name, node=NODE, uid=uid, labels={"app": "embed"},
-                                   containers={"worker": f"containerd://{cid}"}))
+        apiserver.add_pod(
+            make_pod(
+                "ai",
+                name,
+                node=NODE,
+                uid=uid,
+                labels={"app": "embed"},
+                containers={"worker": f"containerd://{cid}"},
+            )
+        )
         write_cgroup(proc, pid, uid, cid)
     # GPU 0 at 80 %, of which pod a's process uses 25 % of the GPU's load and pod b's 50 %.
-    cfg = MockConfig(gpus=2, patterns=parse_patterns("constant:80,constant:10"), node=NODE,
-                     processes={0: tuple(MockProcess(pid, share) for pid, share, _ in pods.values())})
+    cfg = MockConfig(
+        gpus=2,
+        patterns=parse_patterns("constant:80,constant:10"),
+        node=NODE,
+        processes={0: tuple(MockProcess(pid, share) for pid, share, _ in pods.values())},
+    )
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", apiserver.url)
     watcher = NodePodWatcher(await api_client_from(str(kubeconfig), False), NODE)
     agent = await start_agent(backend=MockBackend(cfg), pods=watcher, proc_root=proc, node=NODE)
     gpu0 = agent.state.devices[0].uuid
-    kubelet.pods = [pod_resources("ai", name, {"worker": [("nvidia.com/gpu", [f"{gpu0}::{i}"])]})
-                    for i, name in enumerate(pods)]
+    kubelet.pods = [
+        pod_resources("ai", name, {"worker": [("nvidia.com/gpu", [f"{gpu0}::{i}"])]})
+        for i, name in enumerate(pods)
+    ]
 
     async def shares() -> dict[str, float] | None:
         _, text = await scrape(agent)
@@ -93,12 +108,16 @@ async def test_two_pods_sharing_a_gpu(start_agent: AgentFactory, kubelet: FakeKu
     assert {ref.pod for ref in owners.values()} == {"embed-a", "embed-b"}
 
 
-async def test_single_holder_gets_its_processes_without_the_api(start_agent: AgentFactory,
-                                                                kubelet: FakeKubelet) -> None:
-    cfg = MockConfig(gpus=1, patterns=parse_patterns("constant:60"), node=NODE,
-                     processes={0: (MockProcess(77, 1.0),)})
+async def test_single_holder_gets_its_processes_without_the_api(
+    start_agent: AgentFactory, kubelet: FakeKubelet
+) -> None:
+    cfg = MockConfig(
+        gpus=1, patterns=parse_patterns("constant:60"), node=NODE, processes={0: (MockProcess(77, 1.0),)}
+    )
     agent = await start_agent(backend=MockBackend(cfg))
-    kubelet.pods = [pod_resources("ai", "llm-0", {"server": [("nvidia.com/gpu", [agent.state.devices[0].uuid])]})]
+    kubelet.pods = [
+        pod_resources("ai", "llm-0", {"server": [("nvidia.com/gpu", [agent.state.devices[0].uuid])]})
+    ]
 
     async def share() -> float | None:
         _, text = await scrape(agent)

@@ -37,7 +37,9 @@ async def test_snapshot_then_updates(start_agent: AgentFactory) -> None:
     assert [g.device.uuid for g in snap.gpus] == [d.uuid for d in agent.state.devices]
     assert all(len(g.samples) >= 2 for g in snap.gpus)  # recent history, oldest first
     assert [g.samples[-1].gpu_utilization for g in snap.gpus] == [25, 75]
-    assert snap.gpus[0].device.name == "NVIDIA H100 80GB HBM3" and snap.gpus[0].device.HasField("memory_total_bytes")
+    assert snap.gpus[0].device.name == "NVIDIA H100 80GB HBM3" and snap.gpus[0].device.HasField(
+        "memory_total_bytes"
+    )
     last = {g.device.uuid: g.samples[-1].timestamp for g in snap.gpus}
     for i, u in enumerate(updates, start=2):
         assert u.kind == agent_pb2.NodeUpdate.UPDATE and u.sequence == i
@@ -67,8 +69,10 @@ async def test_attribution_travels_in_the_stream(start_agent: AgentFactory, kube
             break
         await asyncio.sleep(0.05)
     (snap,) = await watch(agent, 1)
-    attrs = {g.device.uuid: [(a.namespace, a.pod, a.container, a.resource_name) for a in g.attributions]
-             for g in snap.gpus}
+    attrs = {
+        g.device.uuid: [(a.namespace, a.pod, a.container, a.resource_name) for a in g.attributions]
+        for g in snap.gpus
+    }
     assert attrs[u0] == [("ai", "llm-0", "server", "nvidia.com/gpu")]
     assert attrs[agent.state.devices[1].uuid] == []
 
@@ -101,7 +105,9 @@ async def test_health_and_reflection(start_agent: AgentFactory) -> None:
 
     agent = await start_agent(gpus=1)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{agent.grpc_port}") as ch:
-        resp = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service="gpuscale.v1.Agent"))
+        resp = await health_pb2_grpc.HealthStub(ch).Check(
+            health_pb2.HealthCheckRequest(service="gpuscale.v1.Agent")
+        )
         assert resp.status == health_pb2.HealthCheckResponse.SERVING
         stub = reflection_pb2_grpc.ServerReflectionStub(ch)
         call = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))

@@ -50,7 +50,11 @@ def test_na_values_are_absent(gpus: list[FakeAmdGpu]) -> None:
 def test_junction_and_edge_are_both_kept(gpus: list[FakeAmdGpu]) -> None:
     b = open_backend("amdsmi")
     s = b.sample(b.devices()[0])
-    assert (s.temperature_celsius, s.junction_temperature_celsius, s.edge_temperature_celsius) == (61.0, 61.0, 48.0)
+    assert (s.temperature_celsius, s.junction_temperature_celsius, s.edge_temperature_celsius) == (
+        61.0,
+        61.0,
+        48.0,
+    )
 
 
 def test_millidegrees_are_scaled(gpus: list[FakeAmdGpu]) -> None:
@@ -116,9 +120,18 @@ def test_dra_name_from_the_drm_minors(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_labels_as_amds_exporter_sets_them(monkeypatch: pytest.MonkeyPatch) -> None:
     gpus = [
         FakeAmdGpu("g0"),
-        FakeAmdGpu("g1", compute_partition="CPX", memory_partition="NPS4", partition_id=3, virtualization_mode=3),
-        FakeAmdGpu("g2", model_number="N/A", product_serial="N/A", compute_partition=None, memory_partition=None,
-                   market_name="AMD Radeon PRO W7900", virtualization_mode=0),
+        FakeAmdGpu(
+            "g1", compute_partition="CPX", memory_partition="NPS4", partition_id=3, virtualization_mode=3
+        ),
+        FakeAmdGpu(
+            "g2",
+            model_number="N/A",
+            product_serial="N/A",
+            compute_partition=None,
+            memory_partition=None,
+            market_name="AMD Radeon PRO W7900",
+            virtualization_mode=0,
+        ),
     ]
     monkeypatch.setitem(sys.modules, "amdsmi", make_module(gpus))
     g0, g1, g2 = (dict(d.vendor_labels) for d in open_backend("amdsmi").devices())
@@ -131,12 +144,20 @@ def test_labels_as_amds_exporter_sets_them(monkeypatch: pytest.MonkeyPatch) -> N
         "deployment_mode": "baremetal",
     }
     assert (g1["gpu_compute_partition_type"], g1["gpu_memory_partition_type"], g1["gpu_partition_id"]) == (
-        "cpx", "nps4", "3")
+        "cpx",
+        "nps4",
+        "3",
+    )
     assert g1["deployment_mode"] == "vm_vf"  # a guest on an SR-IOV virtual function
     # a GPU that cannot be partitioned, with no board data, of an unknown mode: the exporter's defaults
-    assert g2 == {"card_model": "AMD Radeon PRO W7900", "serial_number": "", "gpu_partition_id": "0",
-                  "gpu_compute_partition_type": "none", "gpu_memory_partition_type": "none",
-                  "deployment_mode": "baremetal"}
+    assert g2 == {
+        "card_model": "AMD Radeon PRO W7900",
+        "serial_number": "",
+        "gpu_partition_id": "0",
+        "gpu_compute_partition_type": "none",
+        "gpu_memory_partition_type": "none",
+        "deployment_mode": "baremetal",
+    }
     # an AMD SMI before ROCm 6.4: the partition id from the KFD info
     monkeypatch.setitem(sys.modules, "amdsmi", make_module(gpus, enumeration=False))
     assert dict(open_backend("amdsmi").devices()[1].vendor_labels)["gpu_partition_id"] == "3"
@@ -149,15 +170,21 @@ def test_a_label_call_that_fails_costs_the_label_not_the_gpu(monkeypatch: pytest
     def denied(g: object) -> object:
         raise module.AmdSmiLibraryException(10)  # AMDSMI_STATUS_NO_PERM
 
-    for name in ("amdsmi_get_gpu_virtualization_mode", "amdsmi_get_gpu_board_info",
-                 "amdsmi_get_gpu_accelerator_partition_profile", "amdsmi_get_gpu_enumeration_info"):
+    for name in (
+        "amdsmi_get_gpu_virtualization_mode",
+        "amdsmi_get_gpu_board_info",
+        "amdsmi_get_gpu_accelerator_partition_profile",
+        "amdsmi_get_gpu_enumeration_info",
+    ):
         setattr(module, name, denied)
     monkeypatch.setitem(sys.modules, "amdsmi", module)
     b = open_backend("amdsmi")
     (d,) = b.devices()
     labels = dict(d.vendor_labels)
     assert (labels["deployment_mode"], labels["card_model"], labels["serial_number"]) == (
-        "baremetal", "AMD Instinct MI300X", "")
+        "baremetal",
+        "AMD Instinct MI300X",
+        "",
+    )
     assert labels["gpu_partition_id"] == "0"  # from the KFD info instead
     assert d.dra_name is None and b.sample(d).gpu_utilization == 55.0
-

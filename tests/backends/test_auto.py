@@ -69,7 +69,7 @@ async def test_agent_on_auto_waits_for_the_driver(no_driver: pytest.MonkeyPatch)
                 break
             await asyncio.sleep(0.05)
         assert agent._ready_problem() is None
-        assert [d.uuid for d in agent.state.devices] == ["GPU-aaaa"]
+        assert [d.uuid for d in agent.state.devices] == ["GPU-aaaa"]  # type: ignore[var-annotated]
         assert agent.sampler.backend.name == "nvml"
     finally:
         await agent.stop()

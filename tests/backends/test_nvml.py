@@ -224,15 +224,31 @@ def test_the_fake_gpm_structures_are_the_bindings(monkeypatch: pytest.MonkeyPatc
     real = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "pynvml_real", real)  # the binding looks itself up there at import
     spec.loader.exec_module(real)
-    for name in ("c_nvmlGpmMetricsGet_t", "c_nvmlGpmMetric_t", "c_metricInfo_t", "c_nvmlFieldValue_t", "c_nvmlValue_t"):
+    for name in (
+        "c_nvmlGpmMetricsGet_t",
+        "c_nvmlGpmMetric_t",
+        "c_metricInfo_t",
+        "c_nvmlFieldValue_t",
+        "c_nvmlValue_t",
+    ):
         ours, theirs = getattr(pynvml_fake, name), getattr(real, name)
         assert [f[0] for f in ours._fields_] == [f[0] for f in theirs._fields_], name
         assert ctypes.sizeof(ours) == ctypes.sizeof(theirs), name
-    for name in ("NVML_GPM_METRICS_GET_VERSION", "NVML_GPM_METRIC_MAX", "NVML_GPM_METRIC_GRAPHICS_UTIL",
-                 "NVML_GPM_METRIC_SM_UTIL", "NVML_GPM_METRIC_SM_OCCUPANCY", "NVML_GPM_METRIC_ANY_TENSOR_UTIL",
-                 "NVML_GPM_METRIC_DRAM_BW_UTIL", "NVML_GPM_METRIC_PCIE_TX_PER_SEC", "NVML_GPM_METRIC_PCIE_RX_PER_SEC",
-                 "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC",
-                 "NVML_FI_DEV_MEMORY_TEMP", "NVML_VALUE_TYPE_UNSIGNED_INT"):
+    for name in (
+        "NVML_GPM_METRICS_GET_VERSION",
+        "NVML_GPM_METRIC_MAX",
+        "NVML_GPM_METRIC_GRAPHICS_UTIL",
+        "NVML_GPM_METRIC_SM_UTIL",
+        "NVML_GPM_METRIC_SM_OCCUPANCY",
+        "NVML_GPM_METRIC_ANY_TENSOR_UTIL",
+        "NVML_GPM_METRIC_DRAM_BW_UTIL",
+        "NVML_GPM_METRIC_PCIE_TX_PER_SEC",
+        "NVML_GPM_METRIC_PCIE_RX_PER_SEC",
+        "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC",
+        "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC",
+        "NVML_FI_DEV_MEMORY_TEMP",
+        "NVML_VALUE_TYPE_UNSIGNED_INT",
+    ):
         assert getattr(pynvml_fake, name) == getattr(real, name), name
     assert ctypes.sizeof(pynvml_fake.c_nvmlGpmSample_t) == ctypes.sizeof(real.c_nvmlGpmSample_t)
 
@@ -305,7 +321,11 @@ def test_xid_errors_are_followed_and_the_event_thread_stops_at_close(monkeypatch
     import time
 
     gpu = FakeGpu("GPU-aaaa")
-    old = FakeGpu("GPU-bbbb", bus_id="00000000:2A:00.0", unsupported={"nvmlDeviceGetRegisterEvents", "nvmlDeviceRegisterEvents"})
+    old = FakeGpu(
+        "GPU-bbbb",
+        bus_id="00000000:2A:00.0",
+        unsupported={"nvmlDeviceGetRegisterEvents", "nvmlDeviceRegisterEvents"},
+    )
     module = make_module([gpu, old])
     monkeypatch.setitem(sys.modules, "pynvml", module)
     b = opened()
@@ -322,7 +342,9 @@ def test_xid_errors_are_followed_and_the_event_thread_stops_at_close(monkeypatch
     assert module.state["event_sets"] == {"created": 1, "freed": 1}
 
 
-def test_xid_survives_a_reopen_and_a_stuck_event_thread_keeps_nvml_up(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_xid_survives_a_reopen_and_a_stuck_event_thread_keeps_nvml_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import time
 
     gpu = FakeGpu("GPU-aaaa")

@@ -32,7 +32,9 @@ needs_ipv6 = pytest.mark.skipif(not _has_ipv6_loopback(), reason="no IPv6 loopba
 async def _grpc_serving(host: str, port: int) -> bool:
     async with grpc.aio.insecure_channel(join_host_port(host, port)) as channel:
         try:
-            reply = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=3)
+            reply = await health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=3
+            )
         except grpc.aio.AioRpcError:
             return False
     return reply.status == health_pb2.HealthCheckResponse.SERVING
@@ -41,7 +43,10 @@ async def _grpc_serving(host: str, port: int) -> bool:
 async def _http_ok(host: str, port: int) -> bool:
     url = f"http://{join_host_port(host, port)}/healthz"
     try:
-        async with aiohttp.ClientSession() as http, http.get(url, timeout=aiohttp.ClientTimeout(total=3)) as r:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(url, timeout=aiohttp.ClientTimeout(total=3)) as r,
+        ):
             return r.status == 200
     except aiohttp.ClientError:
         return False

@@ -41,7 +41,9 @@ def test_an_address_in_use_is_one_clear_line(command: list[str], flag: str, take
     argv = [*command, flag, f"127.0.0.1:{taken}", other, f"127.0.0.1:{_free()}"]
     run = subprocess.run(
         [sys.executable, "-m", "gpuscale", "--log-level", "error", *argv],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert run.returncode == 2, run.stderr
     (ours,) = [line for line in run.stderr.splitlines() if line.startswith("gpuscale:")]
@@ -62,9 +64,25 @@ def test_a_port_another_grpc_server_holds_is_refused_too() -> None:
     other.start()
     try:
         run = subprocess.run(
-            [sys.executable, "-m", "gpuscale", "--log-level", "error", "agent", "--backend", "mock",
-             "--node-name", "n", "--grpc-address", f"127.0.0.1:{port}", "--metrics-address", f"127.0.0.1:{_free()}"],
-            capture_output=True, text=True, timeout=60,
+            [
+                sys.executable,
+                "-m",
+                "gpuscale",
+                "--log-level",
+                "error",
+                "agent",
+                "--backend",
+                "mock",
+                "--node-name",
+                "n",
+                "--grpc-address",
+                f"127.0.0.1:{port}",
+                "--metrics-address",
+                f"127.0.0.1:{_free()}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     finally:
         other.stop(None)
@@ -77,9 +95,23 @@ def test_tls_files_that_are_not_pem_are_said_as_such(tmp_path: Path) -> None:
     cert.write_text("not a certificate\n")
     key.write_text("not a key\n")
     run = subprocess.run(
-        [sys.executable, "-m", "gpuscale", "agent", "--backend", "mock", "--node-name", "n",
-         "--tls-cert", str(cert), "--tls-key", str(key)],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "gpuscale",
+            "agent",
+            "--backend",
+            "mock",
+            "--node-name",
+            "n",
+            "--tls-cert",
+            str(cert),
+            "--tls-key",
+            str(key),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert run.returncode == 2
     (line,) = [ln for ln in run.stderr.splitlines() if ln.startswith("gpuscale:")]

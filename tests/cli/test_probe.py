@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -110,6 +111,16 @@ def test_environment_variables_set_defaults() -> None:
             'gpuscale: error: --mock-gpus "two" must be an integer',
         ),
         (["--backend", "mock", "--mock-model", "v100"], 'gpuscale: error: mock model "v100" is unknown'),
+        (["--backend", "mock", "--watch", "0"], 'gpuscale: error: --watch "0" must be greater than 0'),
+        (["--backend", "mock", "--watch=-1"], 'gpuscale: error: --watch "-1" must be greater than 0'),
+        (
+            ["--backend", "mock", "--watch", "0.01"],
+            'gpuscale: error: --watch "0.01" must be at least 0.1 seconds',
+        ),
+        (
+            ["--backend", "mock", "--watch", "soon"],
+            'gpuscale: error: --watch "soon" must be a number of seconds',
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
@@ -164,3 +175,68 @@ def test_amd_json_has_the_exporters_labels_as_an_object() -> None:
     assert r.returncode == 0, r.stderr
     (g,) = json.loads(r.stdout)["gpus"]
     assert g["vendor_labels"]["gpu_compute_partition_type"] == "spx" and g["dra_name"] == "gpu-1-128"
+
+
+def _watch_in_a_pipe(*extra: str, frames: int, is_frame: str) -> tuple[list[str], int, str, int]:
+    """Run ``probe --watch 0.3`` with stdout a pipe; read lines as they come until ``frames`` lines start with
+    ``is_frame``, then SIGTERM it. The lines, the frames seen, the rest of the output, the exit code."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuscale",
+            "probe",
+            "--backend",
+            "mock",
+            "--mock-gpus",
+            "2",
+            "--mock-pattern",
+            "constant:37",
+            "--watch",
+            "0.3",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout is not None
+    lines: list[str] = []
+    seen = 0
+    try:
+        while seen < frames:
+            line = proc.stdout.readline()  # blocks until the child writes: a frame must not wait for the end
+            assert line, f"the output ended after {seen} frames: {proc.stderr.read() if proc.stderr else ''}"
+            lines.append(line.rstrip("\n"))
+            seen += line.startswith(is_frame)
+        proc.send_signal(signal.SIGTERM)
+        rest, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "Traceback" not in err, err
+    return lines, seen, rest, proc.returncode
+
+
+@pytest.mark.timeout(60)
+def test_watch_in_a_pipe_prints_a_plain_table_per_interval_and_stops_on_sigterm() -> None:
+    # three frames read while it still runs: each is written when it is read, not when the command ends
+    lines, _, _, code = _watch_in_a_pipe(frames=3, is_frame="gpuscale probe — backend mock — ")
+    assert code == 0
+    text = "\n".join(lines)
+    assert "\x1b[" not in text  # no terminal codes in a pipe
+    rows = [line for line in lines if line.startswith("|   0 |") or line.startswith("|   1 |")]
+    assert len(rows) >= 4 and all(" 37 % " in r for r in rows)  # each GPU in each frame, readable
+    assert all("…" not in line for line in lines)  # as wide as a row needs: no truncated cells
+
+
+@pytest.mark.timeout(60)
+def test_watch_json_in_a_pipe_is_one_object_per_line() -> None:
+    lines, _, rest, code = _watch_in_a_pipe("--json", frames=2, is_frame="{")
+    assert code == 0
+    for line in [*lines, *rest.splitlines()]:
+        frame = json.loads(line)
+        assert [g["gpu_utilization"] for g in frame["gpus"]] == [37.0, 37.0]

@@ -24,13 +24,17 @@ async def _loop_module() -> str:
 
 
 @needs_uvloop
-@pytest.mark.parametrize(("name", "module"), [("auto", "uvloop"), ("uvloop", "uvloop"), ("asyncio", "asyncio")])
+@pytest.mark.parametrize(
+    ("name", "module"), [("auto", "uvloop"), ("uvloop", "uvloop"), ("asyncio", "asyncio")]
+)
 def test_run_uses_the_loop_asked_for(name: str, module: str) -> None:
     assert lifecycle.run(_loop_module(), name).split(".")[0] == module
 
 
 def test_unknown_loop_is_refused() -> None:
-    with pytest.raises(ValueError, match=r'event loop "trio" is unknown; choose one of auto, uvloop, asyncio'):
+    with pytest.raises(
+        ValueError, match=r'event loop "trio" is unknown; choose one of auto, uvloop, asyncio'
+    ):
         lifecycle.event_loop_factory("trio")
 
 
@@ -58,7 +62,9 @@ def test_scaler_refuses_a_bad_ingest_workers_count(value: str) -> None:
         timeout=30,
     )
     assert r.returncode == 2, r.stderr
-    assert r.stderr.strip() == f'gpuscale: error: --ingest-workers "{value}" must be a whole number, 0 or more'
+    assert (
+        r.stderr.strip() == f'gpuscale: error: --ingest-workers "{value}" must be a whole number, 0 or more'
+    )
 
 
 @pytest.mark.parametrize(
@@ -93,7 +99,10 @@ def test_the_agent_does_not_load_the_other_commands() -> None:
     ("flags", "message"),
     [
         (["--agent-tls-server-name", "a.b.svc"], "TLS to the agents needs --agent-tls-ca"),
-        (["--agent-tls-ca", "{ca}", "--agent-tls-cert", "{ca}"], "--agent-tls-cert and --agent-tls-key go together"),
+        (
+            ["--agent-tls-ca", "{ca}", "--agent-tls-cert", "{ca}"],
+            "--agent-tls-cert and --agent-tls-key go together",
+        ),
         (["--agent-tls-ca", "/nonexistent/ca.crt"], "--agent-tls-ca"),
         (["--tls-cert", "{ca}"], "TLS needs both --tls-cert and --tls-key"),
     ],
@@ -124,7 +133,20 @@ def test_agent_tls_flags_reach_the_subscriber(tmp_path: Any) -> None:
         files.append(str(tmp_path / name))
     parser = argparse.ArgumentParser()
     cli.register(parser.add_subparsers())
-    args = parser.parse_args(["scaler", "--agents", "127.0.0.1:6000", "--agent-tls-ca", files[0], "--agent-tls-cert",
-                              files[1], "--agent-tls-key", files[2], "--agent-tls-server-name", "gpuscale-agent.ns.svc"])
+    args = parser.parse_args(
+        [
+            "scaler",
+            "--agents",
+            "127.0.0.1:6000",
+            "--agent-tls-ca",
+            files[0],
+            "--agent-tls-cert",
+            files[1],
+            "--agent-tls-key",
+            files[2],
+            "--agent-tls-server-name",
+            "gpuscale-agent.ns.svc",
+        ]
+    )
     s = cli.settings_from_args(args).subscriber
     assert (s.tls_ca, s.tls_cert, s.tls_key, s.tls_server_name) == (*files, "gpuscale-agent.ns.svc")

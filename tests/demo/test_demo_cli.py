@@ -48,3 +48,25 @@ def test_demo_scales_out_under_the_burst_and_back_in(tmp_path: Path) -> None:
     png = (out / "demo.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
     assert (out / "logs" / "scaler.log").is_file()
+
+
+@pytest.mark.parametrize(
+    ("out", "why"),
+    [
+        ("a-file", "it is a file, not a directory"),
+        ("a-file/sub", "Not a directory"),
+        ("/proc/gpuscale-demo", "No such file or directory"),  # not even root may create it
+    ],
+)
+def test_an_out_that_cannot_be_written_is_one_line_and_exit_2(tmp_path: Path, out: str, why: str) -> None:
+    (tmp_path / "a-file").write_text("not a directory\n")
+    run = subprocess.run(
+        [sys.executable, "-m", "gpuscale", "demo", "--duration", "20", "--out", out],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert run.stderr.splitlines() == [f'gpuscale: error: --out "{out}": cannot write there: {why}']
+    assert run.stdout == ""  # refused before anything starts

@@ -15,5 +15,7 @@ def prometheus_with_target_labels(tmp: Path, target: str) -> Iterator[Prometheus
     """Prometheus scraping ``target`` with ``honor_labels: false`` and the target labels a ServiceMonitor gives
     (``namespace``, ``pod`` of the agent's own pod): the agent's workload labels become ``exported_*``."""
     labels = {"namespace": "gpuscale", "pod": "gpuscale-agent-x7k2p", "container": "agent"}
-    with run_prometheus(tmp, [target], honor_labels=False, target_labels=labels, name="prometheus-exported") as p:
+    with run_prometheus(
+        tmp, [target], honor_labels=False, target_labels=labels, name="prometheus-exported"
+    ) as p:
         yield p

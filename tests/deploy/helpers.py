@@ -22,15 +22,35 @@ RELEASE, NAMESPACE = "gpuscale", "gpuscale"
 
 # Kinds no Kubernetes schema covers: (apiVersion, kind) -> how they are checked instead.
 KEDA_KINDS = {("keda.sh/v1alpha1", "ScaledObject"), ("keda.sh/v1alpha1", "TriggerAuthentication")}
-NOT_IN_KUBERNETES = {("monitoring.coreos.com/v1", "ServiceMonitor"), *KEDA_KINDS}
+NOT_IN_KUBERNETES = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
+    ("cert-manager.io/v1", "Certificate"),
+    *KEDA_KINDS,
+}
 
 
-def render_chart(values: Mapping[str, Any] | None = None) -> dict[str, str]:
-    """Template path → rendered text, as ``helm template`` with release gpuscale in namespace gpuscale."""
+# The chart has no default image (nothing publishes one): the tests install one a user built and pushed.
+IMAGE = "registry.example.com/platform/gpuscale"
+
+
+def with_image(values: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``values`` with ``image.repository`` set to ``IMAGE`` unless they set it (a copy)."""
+    out = dict(values or {})
+    image = dict(out.get("image") or {})
+    image.setdefault("repository", IMAGE)
+    out["image"] = image
+    return out
+
+
+def render_chart(values: Mapping[str, Any] | None = None, *, image: bool = True) -> dict[str, str]:
+    """Template path → rendered text, as ``helm template`` with release gpuscale in namespace gpuscale;
+    ``image``: with ``image.repository`` set (``with_image``) as every real install needs."""
     import helm_python as helm
 
     chart = helm.Chart.load(str(CHART))
-    return chart.render(dict(values or {}), name=RELEASE, namespace=NAMESPACE, is_install=True)
+    vals = with_image(values) if image else dict(values or {})
+    return chart.render(vals, name=RELEASE, namespace=NAMESPACE, is_install=True)
 
 
 def objects(manifests: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -44,7 +64,9 @@ def objects(manifests: Mapping[str, str]) -> list[dict[str, Any]]:
 
 def find(objs: Iterable[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
     matches = [o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
-    assert len(matches) == 1, f"{len(matches)} {kind} {name or ''}: {[o['metadata']['name'] for o in matches]}"
+    assert len(matches) == 1, (
+        f"{len(matches)} {kind} {name or ''}: {[o['metadata']['name'] for o in matches]}"
+    )
     return matches[0]
 
 

@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from gpuscale.render import HpaOptions, ScaledObjectOptions, hpa_documents, scaledobject_documents
+from gpuscale.render import HpaOptions, ScaledObjectOptions, adapter_values, scaledobject_documents
 from tests.conftest import AgentFactory
 from tests.fakes.kubelet import FakeKubelet, pod_resources
 from tests.fakes.prometheus import PrometheusServer, prometheus_binary, run_prometheus
@@ -64,7 +63,9 @@ async def attributed_agent(start_agent: AgentFactory, kubelet: FakeKubelet) -> A
 
 def _options(**kw: Any) -> ScaledObjectOptions:
     # this test's Prometheus scrapes every second: a 5 s window keeps its 5 s range
-    return ScaledObjectOptions("deployment/llm", "ai", mode="prometheus", window="5", scrape_interval=1.0, **kw)
+    return ScaledObjectOptions(
+        "deployment/llm", "ai", mode="prometheus", window="5", scrape_interval=1.0, **kw
+    )
 
 
 async def test_rendered_queries(start_agent: AgentFactory, kubelet: FakeKubelet, tmp_path: Path) -> None:
@@ -77,13 +78,19 @@ async def test_rendered_queries(start_agent: AgentFactory, kubelet: FakeKubelet,
             assert one_value(prom, query_of(_options(aggregation="max"))) == pytest.approx(70.0)
             assert one_value(prom, query_of(_options(aggregation="p50"))) == pytest.approx(50.0)
             # StatefulSet llm-embed: its pod llm-embed-0 only.
-            sts = ScaledObjectOptions("statefulset/llm-embed", "ai", mode="prometheus", window="5", scrape_interval=1.0)
+            sts = ScaledObjectOptions(
+                "statefulset/llm-embed", "ai", mode="prometheus", window="5", scrape_interval=1.0
+            )
             assert one_value(prom, query_of(sts)) == pytest.approx(90.0)
             # Memory: the rendered bytes query against the raw MiB series of the same GPUs.
-            used = one_value(prom, query_of(_options(metric="memory_used", aggregation="sum", target_value="1Gi")))
+            used = one_value(
+                prom, query_of(_options(metric="memory_used", aggregation="sum", target_value="1Gi"))
+            )
             raw = one_value(prom, 'sum(DCGM_FI_DEV_FB_USED{namespace="ai",pod=~"llm-[a-z0-9]+-[a-z0-9]{5}"})')
             assert used == pytest.approx(raw * 1024 * 1024, rel=0.02)
-            pct = one_value(prom, query_of(_options(metric="memory_used_percent", aggregation="max", target_value="80")))
+            pct = one_value(
+                prom, query_of(_options(metric="memory_used_percent", aggregation="max", target_value="80"))
+            )
             assert 0 < pct < 100
             # SM activity (GPM on the mock H100: 0.8 x utilization), exported as DCGM's ratio, queried in %.
             sm = query_of(_options(metric="sm_active", target_value="60"))
@@ -91,17 +98,24 @@ async def test_rendered_queries(start_agent: AgentFactory, kubelet: FakeKubelet,
             assert one_value(prom, sm) == pytest.approx(0.8 * 50.0)
 
             # The adapter rule, expanded for the HPA's pods: one value per pod, the avg over each pod's GPUs.
-            cm = hpa_documents(HpaOptions("deployment/llm", "ai", window="5", scrape_interval=1.0))[1][1]
-            (rule,) = yaml.safe_load(cm["data"]["config.yaml"])["rules"]
+            values = adapter_values(HpaOptions("deployment/llm", "ai", window="5", scrape_interval=1.0))[1]
+            (rule,) = values["rules"]["custom"]
             assert prom.query(rule["seriesQuery"])  # the adapter's discovery finds the series
             q = expand_rule(rule, "ai", [POD_A, POD_B])
-            assert q == ('avg by (pod) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{namespace="ai",'
-                         f'pod=~"{POD_A}|{POD_B}"}}[5s]))')
+            assert q == (
+                'avg by (pod) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{namespace="ai",'
+                f'pod=~"{POD_A}|{POD_B}",job="gpuscale-agent"}}[5s]))'
+            )
             assert per_pod(prom, q, "pod") == {POD_A: pytest.approx(30.0), POD_B: pytest.approx(60.0)}
             assert one_value(prom, expand_rule(rule, "ai", [POD_A])) == pytest.approx(30.0)
 
             # Every query of the Grafana dashboard is valid PromQL (its variables set as Grafana would).
-            variables = {"$hostname_label": "Hostname", "$node": ".*", "$namespace": ".*"}
+            variables = {
+                "$hostname_label": "Hostname",
+                "$node": ".*",
+                "$namespace": ".*",
+                "$job": "gpuscale-agent",
+            }
             for panel in json.loads(DASHBOARD.read_text())["panels"]:
                 for target in panel.get("targets", []):
                     expr = target["expr"]
@@ -133,16 +147,22 @@ async def test_dashboard_panels_count_a_shared_gpu_once_and_name_each_node(
     ]
     while len(agent.state.assignments) < 1:
         await asyncio.sleep(0.05)
-    variables = {"$hostname_label": "Hostname", "$node": ".*", "$namespace": ".*"}
+    variables = {"$hostname_label": "Hostname", "$node": ".*", "$namespace": ".*", "$job": "gpuscale-agent"}
 
     def check() -> None:
         with run_prometheus(tmp_path, [f"127.0.0.1:{agent.metrics_port}"]) as prom:
             prom.wait_for("DCGM_FI_DEV_FB_USED", min_series=3)  # GPU 0 twice (two pods), GPU 1 once
-            per_gpu = {r["metric"]["UUID"]: float(r["value"][1]) for r in prom.query("max by (UUID) (DCGM_FI_DEV_FB_USED)")}
+            per_gpu = {
+                r["metric"]["UUID"]: float(r["value"][1])
+                for r in prom.query("max by (UUID) (DCGM_FI_DEV_FB_USED)")
+            }
             total = one_value(prom, _panel_expr("GPU memory used", variables))
             assert total == pytest.approx(sum(per_gpu.values()) * 1048576)
             ages = prom.wait_for(_panel_expr("Sample age (newest good sample)", variables), min_series=2)
-            assert sorted((r["metric"]["Hostname"], r["metric"]["gpu"]) for r in ages) == [("node-a", "0"), ("node-a", "1")]
+            assert sorted((r["metric"]["Hostname"], r["metric"]["gpu"]) for r in ages) == [
+                ("node-a", "0"),
+                ("node-a", "1"),
+            ]
 
     await asyncio.to_thread(check)
 
@@ -154,19 +174,29 @@ async def test_dashboard_amd_panels_show_an_amd_node(
     from gpuscale.backends.mock import MockBackend, MockConfig, find_model
     from gpuscale.backends.patterns import parse_patterns
 
-    amd = MockBackend(MockConfig(gpus=2, model=find_model("mi300x"), node="amd-1",
-                                 patterns=parse_patterns("constant:30,constant:70")))
+    amd = MockBackend(
+        MockConfig(
+            gpus=2,
+            model=find_model("mi300x"),
+            node="amd-1",
+            patterns=parse_patterns("constant:30,constant:70"),
+        )
+    )
     agent = await start_agent(backend=amd, node="amd-1")
-    kubelet.pods = [pod_resources("ai", "vllm-0", {"server": [("amd.com/gpu", [agent.state.devices[1].pci_bus_id])]})]
+    kubelet.pods = [
+        pod_resources("ai", "vllm-0", {"server": [("amd.com/gpu", [agent.state.devices[1].pci_bus_id])]})
+    ]
     while len(agent.state.assignments) < 1:
         await asyncio.sleep(0.05)
-    variables = {"$hostname_label": "hostname", "$node": ".*", "$namespace": ".*"}
+    variables = {"$hostname_label": "hostname", "$node": ".*", "$namespace": ".*", "$job": "gpuscale-agent"}
 
     def check() -> None:
         with run_prometheus(tmp_path, [f"127.0.0.1:{agent.metrics_port}"]) as prom:
             util = prom.wait_for(_panel_expr("AMD: utilization per GPU", variables), min_series=2)
             assert {(r["metric"]["hostname"], r["metric"]["gpu_id"]): float(r["value"][1]) for r in util} == {
-                ("amd-1", "0"): 30.0, ("amd-1", "1"): 70.0}
+                ("amd-1", "0"): 30.0,
+                ("amd-1", "1"): 70.0,
+            }
             per_pod = prom.wait_for(_panel_expr("AMD: utilization per pod (avg over its GPUs)", variables))
             assert [(r["metric"]["pod"], float(r["value"][1])) for r in per_pod] == [("vllm-0", 70.0)]
             vram = prom.wait_for(_panel_expr("AMD: VRAM used per GPU", variables), min_series=2)
@@ -184,9 +214,62 @@ async def test_exported_labels(start_agent: AgentFactory, kubelet: FakeKubelet, 
             # The plain query finds nothing: pod/namespace are now the agent's own pod.
             assert prom.query(query_of(_options())) == []
             assert one_value(prom, query_of(_options(exported_labels=True))) == pytest.approx(50.0)
-            cm = hpa_documents(HpaOptions("deployment/llm", "ai", window="5", exported_labels=True))[1][1]
-            (rule,) = yaml.safe_load(cm["data"]["config.yaml"])["rules"]
+            values = adapter_values(HpaOptions("deployment/llm", "ai", window="5", exported_labels=True))[1]
+            (rule,) = values["rules"]["custom"]
             q = expand_rule(rule, "ai", [POD_A, POD_B])
-            assert per_pod(prom, q, "exported_pod") == {POD_A: pytest.approx(30.0), POD_B: pytest.approx(60.0)}
+            assert per_pod(prom, q, "exported_pod") == {
+                POD_A: pytest.approx(30.0),
+                POD_B: pytest.approx(60.0),
+            }
+
+    await asyncio.to_thread(check)
+
+
+async def test_beside_dcgm_exporter_the_queries_and_the_dashboard_read_the_agents_series(
+    start_agent: AgentFactory, kubelet: FakeKubelet, tmp_path: Path
+) -> None:
+    """The GPU operator's dcgm-exporter serves the same DCGM_FI_* names for the same GPUs and pods: a second
+    exporter of the same GPUs at other values, scraped as job dcgm-exporter, changes none of the rendered
+    queries, the adapter rule or the dashboard's GPU panels, which pin the agents' job."""
+    agent = await attributed_agent(start_agent, kubelet)
+    other = await start_agent("constant:99", gpus=5)  # the same node's GPUs and the same kubelet: same labels
+    assert [d.uuid for d in other.state.devices] == [d.uuid for d in agent.state.devices]
+    while len(other.state.assignments) < 4:
+        await asyncio.sleep(0.05)
+    jobs = [
+        {"job_name": name, "honor_labels": True, "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}
+        for name, port in (("gpuscale-agent", agent.metrics_port), ("dcgm-exporter", other.metrics_port))
+    ]
+    # the stand-in serves what dcgm-exporter serves: its DCGM_* series, none of gpuscale's own
+    jobs[1]["metric_relabel_configs"] = [
+        {"source_labels": ["__name__"], "regex": "gpuscale_.*|process_.*", "action": "drop"}
+    ]
+
+    def check() -> None:
+        with run_prometheus(tmp_path, [], scrape_configs=jobs) as prom:
+            prom.wait_for("DCGM_FI_DEV_GPU_UTIL", min_series=10)
+            assert one_value(prom, query_of(_options())) == pytest.approx(50.0)  # not the 99s
+            unpinned = one_value(prom, query_of(_options(agent_job="")))
+            assert unpinned == pytest.approx((30 + 50 + 70 + 3 * 99) / 6)  # what pinning prevents
+            (rule,) = adapter_values(HpaOptions("deployment/llm", "ai", window="5", scrape_interval=1.0))[1][
+                "rules"
+            ]["custom"]
+            q = expand_rule(rule, "ai", [POD_A, POD_B])
+            assert per_pod(prom, q, "pod") == {POD_A: pytest.approx(30.0), POD_B: pytest.approx(60.0)}
+            variables = {
+                "$hostname_label": "Hostname",
+                "$node": ".*",
+                "$namespace": ".*",
+                "$job": "gpuscale-agent",
+            }
+            per_gpu = prom.wait_for(_panel_expr("GPU utilization per GPU", variables), min_series=5)
+            assert sorted(float(r["value"][1]) for r in per_gpu) == [10.0, 30.0, 50.0, 70.0, 90.0]
+            assert one_value(prom, _panel_expr("Average GPU utilization", variables)) == pytest.approx(50.0)
+            # The dashboard's job variable lists the agents' jobs only: dcgm-exporter serves no gpuscale_agent_*.
+            (job_variable,) = [
+                v for v in json.loads(DASHBOARD.read_text())["templating"]["list"] if v["name"] == "job"
+            ]
+            expr = job_variable["query"]["query"].removeprefix("label_values(").removesuffix(", job)")
+            assert {r["metric"]["job"] for r in prom.query(expr)} == {"gpuscale-agent"}
 
     await asyncio.to_thread(check)

@@ -101,11 +101,11 @@ def make_module(
     m.amdsmi_get_gpu_device_bdf = lambda g: h(g).bdf  # type: ignore[attr-defined]
     m.amdsmi_get_gpu_asic_info = lambda g: {"market_name": h(g).market_name, "vendor_id": "0x1002"}  # type: ignore[attr-defined]
     m.amdsmi_get_gpu_vram_usage = lambda g: {"vram_total": h(g).vram_total_mb, "vram_used": g.vram_used_mb}  # type: ignore[attr-defined]
-    m.amdsmi_get_power_cap_info = lambda g: {
+    m.amdsmi_get_power_cap_info = lambda g: {  # type: ignore[attr-defined]
         "power_cap": h(g).power_cap_uw,
         "default_power_cap": g.power_cap_uw,
     }  # type: ignore[attr-defined]
-    m.amdsmi_get_gpu_activity = lambda g: {
+    m.amdsmi_get_gpu_activity = lambda g: {  # type: ignore[attr-defined]
         "gfx_activity": h(g).gfx,
         "umc_activity": g.umc,
         "mm_activity": "N/A",
@@ -114,6 +114,7 @@ def make_module(
     m.amdsmi_get_temp_metric = temp  # type: ignore[attr-defined]
     m.amdsmi_get_clock_info = lambda g, t: {"clk": h(g).gfx_clk, "min_clk": 500, "max_clk": 2100}  # type: ignore[attr-defined]
     m.amdsmi_get_gpu_process_list = lambda g: list(h(g).processes)  # type: ignore[attr-defined]
+
     def partition(value: str | None) -> str:
         if value is None:
             raise AmdSmiLibraryException(AMDSMI_STATUS_NOT_SUPPORTED)
@@ -129,7 +130,11 @@ def make_module(
     m.amdsmi_get_gpu_compute_partition = lambda g: partition(h(g).compute_partition)  # type: ignore[attr-defined]
     m.amdsmi_get_gpu_memory_partition = lambda g: partition(h(g).memory_partition)  # type: ignore[attr-defined]
     m.amdsmi_get_gpu_virtualization_mode = lambda g: {"mode": h(g).virtualization_mode}  # type: ignore[attr-defined]
-    m.amdsmi_get_gpu_kfd_info = lambda g: {"kfd_id": 1, "node_id": 2, "current_partition_id": h(g).partition_id}  # type: ignore[attr-defined]
+    m.amdsmi_get_gpu_kfd_info = lambda g: {  # type: ignore[attr-defined]
+        "kfd_id": 1,
+        "node_id": 2,
+        "current_partition_id": h(g).partition_id,
+    }  # type: ignore[attr-defined]
     if enumeration:  # the calls of ROCm 6.4 and newer
         m.amdsmi_get_gpu_enumeration_info = lambda g: {  # type: ignore[attr-defined]
             "drm_card": h(g).drm_card,

@@ -54,6 +54,13 @@ class PrometheusServer:
                 raise AssertionError(f"no result for {promql!r} within {timeout}s")
             time.sleep(0.25)
 
+    def alerts(self) -> list[dict[str, Any]]:
+        """Active alerts, pending or firing (each with ``labels``, ``annotations``, ``state``)."""
+        body = self._get("/api/v1/alerts")
+        assert body["status"] == "success", body
+        alerts: list[dict[str, Any]] = body["data"]["alerts"]
+        return alerts
+
     def targets_up(self) -> bool:
         body = self._get("/api/v1/targets")
         active = body["data"]["activeTargets"]
@@ -61,35 +68,57 @@ class PrometheusServer:
 
 
 @contextmanager
-def run_prometheus(tmp: Path, targets: Sequence[str], *, scrape_interval: str = "1s",
-                   honor_labels: bool = True, target_labels: Mapping[str, str] | None = None,
-                   name: str = "prometheus") -> Iterator[PrometheusServer]:
+def run_prometheus(
+    tmp: Path,
+    targets: Sequence[str],
+    *,
+    scrape_interval: str = "1s",
+    honor_labels: bool = True,
+    target_labels: Mapping[str, str] | None = None,
+    name: str = "prometheus",
+    scrape_configs: Sequence[Mapping[str, Any]] | None = None,
+    rule_files: Sequence[Path] = (),
+) -> Iterator[PrometheusServer]:
     """Prometheus scraping ``targets``. ``target_labels``: labels Prometheus attaches to the targets (as a
     ServiceMonitor does with the scraped pod's ``namespace``/``pod``); with ``honor_labels=False`` they win,
-    and the agent's own labels of those names arrive as ``exported_*``."""
+    and the agent's own labels of those names arrive as ``exported_*``. ``scrape_configs``: whole scrape
+    configs instead (``targets`` is then unused), e.g. what the Prometheus Operator makes of a
+    ServiceMonitor. ``rule_files``: recording and alerting rules to load."""
+    import yaml
+
     binary = prometheus_binary()
     assert binary, "prometheus is not installed"
     port = free_port()
     cfg = tmp / f"{name}.yml"
-    cfg.write_text(
-        "global:\n"
-        f"  scrape_interval: {scrape_interval}\n"
-        f"  evaluation_interval: {scrape_interval}\n"
-        "scrape_configs:\n"
-        "  - job_name: gpuscale-agent\n"
-        f"    honor_labels: {'true' if honor_labels else 'false'}\n"
-        "    static_configs:\n"
-        f"      - targets: [{', '.join(repr(t) for t in targets)}]\n"
-    )
-    if target_labels:
-        cfg.write_text(cfg.read_text() + "        labels: {"
-                       + ", ".join(f"{k}: {v}" for k, v in target_labels.items()) + "}\n")
+    if scrape_configs is None:
+        job: dict[str, Any] = {
+            "job_name": "gpuscale-agent",
+            "honor_labels": honor_labels,
+            "static_configs": [{"targets": list(targets)}],
+        }
+        if target_labels:
+            job["static_configs"][0]["labels"] = dict(target_labels)
+        scrape_configs = [job]
+    config: dict[str, Any] = {
+        "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
+        "scrape_configs": [dict(c) for c in scrape_configs],
+    }
+    if rule_files:
+        config["rule_files"] = [str(f) for f in rule_files]
+    cfg.write_text(yaml.safe_dump(config, sort_keys=False))
     data = tmp / f"{name}-data"
     log = (tmp / f"{name}.log").open("w")
     proc = subprocess.Popen(
-        [binary, f"--config.file={cfg}", f"--storage.tsdb.path={data}", f"--web.listen-address=127.0.0.1:{port}",
-         "--storage.tsdb.retention.time=1h", "--log.level=warn"],
-        stdout=subprocess.DEVNULL, stderr=log,
+        [
+            binary,
+            f"--config.file={cfg}",
+            f"--storage.tsdb.path={data}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=1h",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=log,
     )
     server = PrometheusServer(port)
     try:

@@ -229,14 +229,22 @@ def make_module(gpus: list[FakeGpu], *, init_error: int | None = None) -> types.
     fn("nvmlDeviceGetUUID", lambda g: g.uuid)
     fn("nvmlDeviceGetName", lambda g: g.name)
     fn("nvmlDeviceGetPciInfo", lambda g: ns(busId=g.bus_id.encode()))
+
     def memory(g: FakeGpu, version: int | None = None) -> Any:
         # v1 counts the memory the driver reserves as used; v2 reports it apart (total = free + used + reserved)
         if version is None:
             return ns(total=g.total, used=g.used + g.reserved, free=g.total - g.used - g.reserved)
         if version != nvmlMemory_v2 or "nvmlDeviceGetMemoryInfo_v2" in g.unsupported:
-            raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND if version == nvmlMemory_v2 else NVML_ERROR_INVALID_ARGUMENT)
-        return ns(version=version, total=g.total, reserved=g.reserved, used=g.used,
-                  free=g.total - g.used - g.reserved)
+            raise NVMLError(
+                NVML_ERROR_FUNCTION_NOT_FOUND if version == nvmlMemory_v2 else NVML_ERROR_INVALID_ARGUMENT
+            )
+        return ns(
+            version=version,
+            total=g.total,
+            reserved=g.reserved,
+            used=g.used,
+            free=g.total - g.used - g.reserved,
+        )
 
     fn("nvmlDeviceGetMemoryInfo", memory)
     fn("nvmlDeviceGetEnforcedPowerLimit", lambda g: g.limit_mw)
@@ -313,8 +321,11 @@ def _add_events(m: types.ModuleType, state: dict[str, Any], gpus: list[FakeGpu])
 
     def raise_xid(g: FakeGpu, xid: int) -> None:
         if g.uuid in registered:
-            events.put(types.SimpleNamespace(device=g, eventType=0x8, eventData=xid, gpuInstanceId=0,
-                                             computeInstanceId=0))
+            events.put(
+                types.SimpleNamespace(
+                    device=g, eventType=0x8, eventData=xid, gpuInstanceId=0, computeInstanceId=0
+                )
+            )
 
     m.nvmlEventSetCreate = create  # type: ignore[attr-defined]
     m.nvmlDeviceRegisterEvents = register  # type: ignore[attr-defined]
@@ -343,7 +354,9 @@ def _add_gpm(m: types.ModuleType, state: dict[str, Any], check: Any) -> None:
 
     def support(g: FakeGpu) -> Any:
         check(g, "nvmlGpmQueryDeviceSupport")
-        return types.SimpleNamespace(version=NVML_GPM_SUPPORT_VERSION, isSupportedDevice=int(g.gpm is not None))
+        return types.SimpleNamespace(
+            version=NVML_GPM_SUPPORT_VERSION, isSupportedDevice=int(g.gpm is not None)
+        )
 
     def alloc() -> Any:
         sample = ctypes.pointer(struct_c_nvmlGpmSample_t(next(ids)))

@@ -101,4 +101,3 @@ async def running(watcher: Any) -> AsyncIterator[Any]:
 async def noop_sleep(seconds: float) -> None:
     """A watcher's backoff, cut to a millisecond."""
     await asyncio.sleep(0.001)
-

@@ -146,7 +146,9 @@ def _dra(device: str, driver: str = "gpu.nvidia.com") -> Assignment:
         ("gpu-0-128", "gpu.amd.com", AMD0, "0000:c1:00.0"),  # AMD: the standard pciBusID attribute
     ],
 )
-def test_dra_device_is_the_gpu_its_resource_slice_names(device: str, driver: str, gpu: str, named_by: str) -> None:
+def test_dra_device_is_the_gpu_its_resource_slice_names(
+    device: str, driver: str, gpu: str, named_by: str
+) -> None:
     a = _dra(device, driver)
     result = attribute(DEVICES, [a], SLICES)
     # the attributed assignment carries the id that named the GPU: that is what travels to the scaler
@@ -170,7 +172,9 @@ def test_a_bus_id_several_devices_share_names_none_of_them() -> None:
     # The partitions of one AMD GPU report its bus id; a DRA partition published with that bus id alone
     # cannot be told apart: it stays unattributed rather than go to the wrong pod.
     parts = tuple(
-        DeviceInfo(i, f"0x{i:016x}", "AMD Instinct MI300X", "0000:c1:00.0", 24 << 30, 750.0, vendor=Vendor.AMD)
+        DeviceInfo(
+            i, f"0x{i:016x}", "AMD Instinct MI300X", "0000:c1:00.0", 24 << 30, 750.0, vendor=Vendor.AMD
+        )
         for i in range(2)
     )
     a = _dra("gpu-0-128", "gpu.amd.com")
@@ -182,8 +186,16 @@ def test_amd_dra_devices_by_their_drm_name_even_partitions_of_one_gpu() -> None:
     # Two CPX partitions of one MI300X share its bus id, which its ResourceSlice gives them; their DRA names
     # (gpu-<card>-<render>) tell them apart, with no ResourceSlice needed.
     parts = tuple(
-        DeviceInfo(i, f"0x{i:016x}", "AMD Instinct MI300X", "0000:c1:00.0", 24 << 30, 750.0, vendor=Vendor.AMD,
-                   dra_name=f"gpu-1-{128 + i}")
+        DeviceInfo(
+            i,
+            f"0x{i:016x}",
+            "AMD Instinct MI300X",
+            "0000:c1:00.0",
+            24 << 30,
+            750.0,
+            vendor=Vendor.AMD,
+            dra_name=f"gpu-1-{128 + i}",
+        )
         for i in range(2)
     )
     a, b = _dra("gpu-1-129", "gpu.amd.com"), _dra("gpu-1-128", "gpu.amd.com")
@@ -195,4 +207,3 @@ def test_amd_dra_devices_by_their_drm_name_even_partitions_of_one_gpu() -> None:
     # the name is AMD's: another driver's device of that name is looked up in the slices, not by it
     other = _dra("gpu-1-128", "gpu.nvidia.com")
     assert attribute(parts, [other], {}).undescribed == (other,)
-

@@ -66,17 +66,26 @@ CASES = {
     "pod cgroup only": (f"0::/kubepods/burstable/pod{UID}\n", CgroupRef(UID, None)),
     # Read by an agent in its own private cgroup namespace (cgroup v2 under containerd and CRI-O): relative
     # to the agent's cgroup /kubepods/burstable/pod<agent>/<agent container> (or its systemd equivalent).
-    "v2 cgroupfs from a cgroup namespace, same QoS class": (f"0::/../../pod{UID}/{CID}\n", CgroupRef(UID, CID)),
+    "v2 cgroupfs from a cgroup namespace, same QoS class": (
+        f"0::/../../pod{UID}/{CID}\n",
+        CgroupRef(UID, CID),
+    ),
     "v2 cgroupfs from a cgroup namespace, other QoS class": (
         f"0::/../../../besteffort/pod{UID}/{CID}\n",
         CgroupRef(UID, CID),
     ),
-    "v2 cgroupfs from a cgroup namespace, guaranteed pod": (f"0::/../../../pod{UID}/{CID}\n", CgroupRef(UID, CID)),
+    "v2 cgroupfs from a cgroup namespace, guaranteed pod": (
+        f"0::/../../../pod{UID}/{CID}\n",
+        CgroupRef(UID, CID),
+    ),
     "v2 systemd from a cgroup namespace": (
         f"0::/../../kubepods-besteffort-pod{UID_}.slice/cri-containerd-{CID}.scope\n",
         CgroupRef(UID, CID),
     ),
-    "host service from a cgroup namespace": ("0::/../../../../system.slice/nvidia-persistenced.service\n", None),
+    "host service from a cgroup namespace": (
+        "0::/../../../../system.slice/nvidia-persistenced.service\n",
+        None,
+    ),
     "the agent's own container from its namespace": ("0::/\n", None),
     "host process (systemd service)": ("0::/system.slice/nvidia-persistenced.service\n", None),
     "user session": ("0::/user.slice/user-1000.slice/session-3.scope\n", None),

@@ -28,9 +28,7 @@ async def watcher(api: KubeApi) -> AsyncIterator[NodeLabelWatcher]:
         yield w
 
 
-async def test_reads_its_own_node_and_follows_label_changes(
-    apiserver: FakeApiServer, api: KubeApi
-) -> None:
+async def test_reads_its_own_node_and_follows_label_changes(apiserver: FakeApiServer, api: KubeApi) -> None:
     apiserver.put_node(NODE, {"nvidia.com/gpu.product": "NVIDIA-H200", "pool": "inference"})
     apiserver.put_node("other-node", {"pool": "training"})
     w = NodeLabelWatcher(api, NODE, sleep=_noop_sleep)

@@ -199,7 +199,10 @@ def test_dra_claims_become_assignments_after_plugin_devices() -> None:
     assert got == (
         Assignment(server, "nvidia.com/gpu", UUID0),
         Assignment(
-            server, "gpu.nvidia.com", "node-1/gpu-0", DraDevice("gpu.nvidia.com", "node-1", "gpu-0", "ml/llm-gpus")
+            server,
+            "gpu.nvidia.com",
+            "node-1/gpu-0",
+            DraDevice("gpu.nvidia.com", "node-1", "gpu-0", "ml/llm-gpus"),
         ),
         Assignment(
             server,
@@ -216,7 +219,9 @@ def test_dra_claim_from_an_old_kubelet_without_device_names_is_skipped() -> None
     old = podresources_pb2.DynamicResource(
         claim_name="c",
         claim_namespace="ml",
-        claim_resources=[podresources_pb2.ClaimResource(cdi_devices=[podresources_pb2.CDIDevice(name="x=y")])],
+        claim_resources=[
+            podresources_pb2.ClaimResource(cdi_devices=[podresources_pb2.CDIDevice(name="x=y")])
+        ],
     )
     response = podresources_pb2.ListPodResourcesResponse(
         pod_resources=[pod_resources("ml", "p", {}, {"main": [old]})]

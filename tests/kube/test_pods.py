@@ -87,7 +87,11 @@ async def test_list_then_follow_adds_modifies_deletes(
         assert w.container(CID_B) == ContainerRef("ml", "d", "x")
 
         apiserver.modify_pod("ml", "a", _relabel(app="a", tier="gold"))
-        await until(lambda: w.pod("ml", "a") == PodInfo("ml", "a", "uid-a", {"app": "a", "tier": "gold"}, wants_gpu=False))
+        await until(
+            lambda: (
+                w.pod("ml", "a") == PodInfo("ml", "a", "uid-a", {"app": "a", "tier": "gold"}, wants_gpu=False)
+            )
+        )
 
         # A status-only change moves the resourceVersion but is not a change for the agent.
         v = w.version
@@ -106,6 +110,12 @@ async def test_list_then_follow_adds_modifies_deletes(
         apiserver.modify_pod("ml", "b", lambda p: p["status"].update(phase="Succeeded"))
         await until(lambda: w.pod("ml", "b") is None)
         assert sorted(w.snapshot()) == [("ml", "a")] and w.pod_by_uid("uid-b") is None
+        # A pod being deleted (graceful termination) is draining: the HPA leaves it out, and so do we.
+        apiserver.modify_pod(
+            "ml", "a", lambda p: p["metadata"].update(deletionTimestamp="2026-12-01T00:00:00Z")
+        )
+        await until(lambda: w.pod("ml", "a") is None)
+        assert w.snapshot() == {}
         assert w.lists == 1 and sleep.delays == []
     finally:
         task.cancel()
@@ -147,9 +157,7 @@ async def test_410_gone_relists(apiserver: FakeApiServer, watcher: NodePodWatche
     assert watcher.failures == 0  # a 410 is not a failure
 
 
-async def test_errors_back_off_and_recover(
-    apiserver: FakeApiServer, api: KubeApi, sleep: FakeSleep
-) -> None:
+async def test_errors_back_off_and_recover(apiserver: FakeApiServer, api: KubeApi, sleep: FakeSleep) -> None:
     apiserver.add_pod(make_pod("ml", "a", node=NODE))
     apiserver.fail_next = [500, 503, 500]
     w = NodePodWatcher(api, NODE, WatchSettings(backoff_initial_s=0.25, backoff_max_s=0.5), sleep=sleep)
@@ -199,6 +207,44 @@ async def test_large_pod_event_line(apiserver: FakeApiServer, watcher: NodePodWa
     await until(lambda: watcher.pod("ml", "big") is not None)
 
 
+async def test_keeps_engine_annotations_and_the_pod_ip(
+    apiserver: FakeApiServer, watcher: NodePodWatcher
+) -> None:
+    """What the agent needs to scrape a pod's inference engine: its IP, and its gpuscale.io/ and
+    prometheus.io/ annotations, nothing else (a 300 kB last-applied-configuration is not kept)."""
+    await asyncio.wait_for(watcher.synced.wait(), 5)
+    await until(lambda: apiserver.watch_count == 1)
+    pod = make_pod("ml", "llm", node=NODE, uid="uid-llm")
+    pod["metadata"]["annotations"] = {
+        "gpuscale.io/metrics-port": "8000",
+        "prometheus.io/scrape": "true",
+        "kubectl.kubernetes.io/last-applied-configuration": "x" * 300_000,
+    }
+    apiserver.add_pod(pod)
+    await until(lambda: watcher.pod("ml", "llm") is not None)
+    info = watcher.pod("ml", "llm")
+    assert info is not None
+    assert dict(info.annotations) == {"gpuscale.io/metrics-port": "8000", "prometheus.io/scrape": "true"}
+    assert info.ip == ""  # not given one yet
+
+    # The pod gets its IP (a status update, and one that counts), then its port annotation changes.
+    v = watcher.version
+    apiserver.modify_pod("ml", "llm", lambda p: p["status"].update(podIP="10.1.2.3"))
+    await until(lambda: getattr(watcher.pod("ml", "llm"), "ip", "") == "10.1.2.3")
+    assert watcher.version == v + 1
+    apiserver.modify_pod(
+        "ml", "llm", lambda p: p["metadata"]["annotations"].update({"gpuscale.io/metrics-port": "9000"})
+    )
+    await until(
+        lambda: getattr(watcher.pod("ml", "llm"), "annotations", {}).get("gpuscale.io/metrics-port") == "9000"
+    )
+    # Another annotation is not the agent's business: no change.
+    v = watcher.version
+    changed = apiserver.modify_pod("ml", "llm", lambda p: p["metadata"]["annotations"].update({"team": "a"}))
+    await until(lambda: watcher.resource_version == changed["metadata"]["resourceVersion"])
+    assert watcher.version == v
+
+
 async def test_wrong_token_is_a_401(connect: Callable[..., Any]) -> None:
     client = await connect(token="wrong")
     try:
@@ -245,7 +291,9 @@ async def test_in_cluster_token_is_read_again_when_the_kubelet_rotates_it(
 
 def test_in_cluster_without_the_environment_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    with pytest.raises(KubeConfigError, match="KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set"):
+    with pytest.raises(
+        KubeConfigError, match="KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set"
+    ):
         InClusterApi.from_environment(tmp_path)
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
@@ -275,8 +323,9 @@ def test_whether_a_pod_asks_for_a_gpu() -> None:
     assert not wants_gpu(make_pod("ml", "a", node=NODE, limits={"cpu": "2", "memory": "8Gi"}))
     assert not wants_gpu(make_pod("ml", "a", node=NODE, limits={"nvidia.com/gpu": "0"}))  # a template's 0
     assert not wants_gpu(make_pod("ml", "a", node=NODE, limits={"nvidia.com/gpu.shared": "1"}))
-    assert wants_gpu(make_pod("ml", "a", node=NODE, limits={"nvidia.com/gpu.shared": "1"}), {"nvidia.com/gpu.shared"})
+    assert wants_gpu(
+        make_pod("ml", "a", node=NODE, limits={"nvidia.com/gpu.shared": "1"}), {"nvidia.com/gpu.shared"}
+    )
     init = make_pod("ml", "a", node=NODE)
     init["spec"]["initContainers"] = [{"name": "warm", "resources": {"requests": {"nvidia.com/gpu": "1"}}}]
     assert wants_gpu(init)
-

@@ -48,11 +48,18 @@ async def test_reads_this_nodes_slices_and_follows_them(
         driver="gpu.nvidia.com",
         devices={
             "gpu-0": _nvidia(G0, "0000:1a:00.0"),
-            "gpu-1-mig-9-4-1": {"type": {"string": "mig"}, "uuid": {"string": MIG}, "parentUUID": {"string": G1}},
+            "gpu-1-mig-9-4-1": {
+                "type": {"string": "mig"},
+                "uuid": {"string": MIG},
+                "parentUUID": {"string": G1},
+            },
         },
     )
     apiserver.put_resource_slice(
-        "other-node-gpu.nvidia.com-xyz", node="other-node", driver="gpu.nvidia.com", devices={"gpu-0": _nvidia(G1, "")}
+        "other-node-gpu.nvidia.com-xyz",
+        node="other-node",
+        driver="gpu.nvidia.com",
+        devices={"gpu-0": _nvidia(G1, "")},
     )
     await asyncio.wait_for(watcher.synced.wait(), 5)
     assert watcher.group_version == "resource.k8s.io/v1"
@@ -75,7 +82,12 @@ async def test_reads_this_nodes_slices_and_follows_them(
         f"{NODE}-gpu.amd.com-1",
         node=NODE,
         driver="gpu.amd.com",
-        devices={"gpu-0-128": {"type": {"string": "amdgpu"}, "resource.kubernetes.io/pciBusID": {"string": "0000:c1:00.0"}}},
+        devices={
+            "gpu-0-128": {
+                "type": {"string": "amdgpu"},
+                "resource.kubernetes.io/pciBusID": {"string": "0000:c1:00.0"},
+            }
+        },
     )
     await until(lambda: watcher.version >= version + 2)
     assert dict(watcher.devices) == {
@@ -121,12 +133,16 @@ async def test_a_cluster_without_dra_is_said_once_and_looked_at_again(
             assert dict(w.devices) == {} and w.group_version is None
             # DRA turned on later (a control-plane upgrade): found without restarting the agent
             apiserver.serve_dra_versions("v1")
-            apiserver.put_resource_slice("s", node=NODE, driver="gpu.nvidia.com", devices={"gpu-0": _nvidia(G0, "")})
+            apiserver.put_resource_slice(
+                "s", node=NODE, driver="gpu.nvidia.com", devices={"gpu-0": _nvidia(G0, "")}
+            )
             await until(lambda: bool(w.devices))
             assert w.note is None and w.group_version == "resource.k8s.io/v1"
 
 
-async def test_a_version_that_goes_away_is_replaced(apiserver: FakeApiServer, watcher: NodeResourceSliceWatcher) -> None:
+async def test_a_version_that_goes_away_is_replaced(
+    apiserver: FakeApiServer, watcher: NodeResourceSliceWatcher
+) -> None:
     # v1beta1 only, then an upgrade serves v1 and no longer v1beta1: the watch ends and finds v1
     apiserver.serve_dra_versions("v1beta1")
     apiserver.put_resource_slice("s", node=NODE, driver="gpu.nvidia.com", devices={"gpu-0": _nvidia(G0, "")})
@@ -142,7 +158,9 @@ async def test_only_the_newest_generation_of_a_pool_counts(
     apiserver: FakeApiServer, watcher: NodeResourceSliceWatcher
 ) -> None:
     # A driver republishing its pool: the old generation's slice lingers until deleted, with a stale UUID
-    apiserver.put_resource_slice("old", node=NODE, driver="gpu.nvidia.com", devices={"gpu-0": _nvidia(G1, "")})
+    apiserver.put_resource_slice(
+        "old", node=NODE, driver="gpu.nvidia.com", devices={"gpu-0": _nvidia(G1, "")}
+    )
     apiserver.put_resource_slice(
         "new", node=NODE, driver="gpu.nvidia.com", devices={"gpu-0": _nvidia(G0, "")}, generation=2
     )
@@ -172,13 +190,30 @@ async def test_forbidden_is_retried_until_allowed(apiserver: FakeApiServer, api:
         ({"uuid": {"string": G0}, "pcieBusID": {"string": "0000:1a:00.0"}}, (G0, "0000:1a:00.0")),
         ({"gpu.nvidia.com/uuid": {"string": G0}}, (G0,)),  # qualified with the driver's own domain
         ({"example.com/uuid": {"string": G0}}, ()),  # another domain's attribute is not the driver's word
-        ({"resource.kubernetes.io/pciBusID": {"string": "0000:c1:00.0"}, "pciAddr": {"string": "c1:00.0"}},
-         ("0000:c1:00.0", "c1:00.0")),
+        (
+            {"resource.kubernetes.io/pciBusID": {"string": "0000:c1:00.0"}, "pciAddr": {"string": "c1:00.0"}},
+            ("0000:c1:00.0", "c1:00.0"),
+        ),
         # a part of a GPU: its bus id is the parent's, so only its own UUID names it
-        ({"type": {"string": "mig"}, "uuid": {"string": MIG}, "pcieBusID": {"string": "0000:1a:00.0"}}, (MIG,)),
-        ({"type": {"string": "mig"}, "parentUUID": {"string": G1}, "resource.kubernetes.io/pciBusID":
-          {"string": "0000:1a:00.0"}}, ()),  # dynamic MIG: no UUID until prepared
-        ({"type": {"string": "amdgpu-partition"}, "resource.kubernetes.io/pciBusID": {"string": "0000:c1:00.0"}}, ()),
+        (
+            {"type": {"string": "mig"}, "uuid": {"string": MIG}, "pcieBusID": {"string": "0000:1a:00.0"}},
+            (MIG,),
+        ),
+        (
+            {
+                "type": {"string": "mig"},
+                "parentUUID": {"string": G1},
+                "resource.kubernetes.io/pciBusID": {"string": "0000:1a:00.0"},
+            },
+            (),
+        ),  # dynamic MIG: no UUID until prepared
+        (
+            {
+                "type": {"string": "amdgpu-partition"},
+                "resource.kubernetes.io/pciBusID": {"string": "0000:c1:00.0"},
+            },
+            (),
+        ),
         ({"uuid": {"bool": True}}, ()),
         ({"uuid": "GPU-not-a-typed-value"}, ()),
         ({}, ()),
@@ -186,4 +221,7 @@ async def test_forbidden_is_retried_until_allowed(apiserver: FakeApiServer, api:
 )
 def test_device_identities(attributes: dict[str, object], expected: tuple[str, ...]) -> None:
     assert device_identities({"name": "gpu-0", "attributes": attributes}, "gpu.nvidia.com") == expected
-    assert device_identities({"name": "gpu-0", "basic": {"attributes": attributes}}, "gpu.nvidia.com") == expected
+    assert (
+        device_identities({"name": "gpu-0", "basic": {"attributes": attributes}}, "gpu.nvidia.com")
+        == expected
+    )

@@ -30,7 +30,10 @@ async def test_backend_failing_to_open_at_start_then_recovering() -> None:
     backend = FlakyBackend(gpus=2, patterns="constant:30")
     backend.driver_gone = True  # open() raises BackendUnavailable
     settings = AgentSettings(
-        node_name="node-a", interval=0.1, grpc_address="127.0.0.1:0", metrics_address="127.0.0.1:0",
+        node_name="node-a",
+        interval=0.1,
+        grpc_address="127.0.0.1:0",
+        metrics_address="127.0.0.1:0",
         kubelet_socket=Path("/nonexistent/kubelet.sock"),
     )
     agent = Agent(settings, backend)
@@ -40,12 +43,14 @@ async def test_backend_failing_to_open_at_start_then_recovering() -> None:
         assert await _get(agent, "/healthz") == (200, "ok\n")
         status, text = await _get(agent, "/readyz")
         assert status == 503
-        assert text.startswith("the GPU backend is not open yet: flaky backend unavailable: driver not loaded")
+        assert text.startswith(
+            "the GPU backend is not open yet: flaky backend unavailable: driver not loaded"
+        )
         assert backend.opens == 0 and agent.state.devices == ()
         async with grpc.aio.insecure_channel(f"127.0.0.1:{agent.grpc_port}") as ch:  # Watch answers: no GPUs
             stream = agent_pb2_grpc.AgentStub(ch).Watch(agent_pb2.WatchRequest(client="test"), timeout=5)
             first = await stream.read()
-            assert first.kind == agent_pb2.NodeUpdate.SNAPSHOT and len(first.gpus) == 0
+            assert first.kind == agent_pb2.NodeUpdate.SNAPSHOT and len(first.gpus) == 0  # type: ignore[attr-defined]
 
             backend.driver_gone = False  # the driver is loaded: the next retry opens the backend
 

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from gpuscale._proto import externalscaler_pb2 as pb
 from gpuscale._proto import externalscaler_pb2_grpc as pb_grpc
-from gpuscale.scaler.metadata import KEYS
 from gpuscale.scaler.server import Scaler
+from gpuscale.scaling.metadata import KEYS
 
 from .conftest import Cluster, KedaClient, until
 
@@ -46,8 +46,28 @@ async def _healthy(cluster: Cluster, keda: Callable[[int], KedaClient]) -> tuple
 
 VALUES = st.one_of(
     st.text(max_size=30),
-    st.sampled_from(["70", "0", "-1", "1e999", "nan", "40Gi", "p95", "pool", "node", "container", "app=llm",
-                     "a in ()", "!x", "kubernetes.io/hostname", "llm-serving", "memory_used", "1", "120"]),
+    st.sampled_from(
+        [
+            "70",
+            "0",
+            "-1",
+            "1e999",
+            "nan",
+            "40Gi",
+            "p95",
+            "pool",
+            "node",
+            "container",
+            "app=llm",
+            "a in ()",
+            "!x",
+            "kubernetes.io/hostname",
+            "llm-serving",
+            "memory_used",
+            "1",
+            "120",
+        ]
+    ),
 )
 KEY = st.one_of(st.sampled_from([*KEYS, "scalerAddress", "targetValueFromEnv"]), st.text(max_size=12))
 REFS = st.fixed_dictionaries(
@@ -118,11 +138,12 @@ async def test_oversized_message_is_refused_by_grpc_itself(
     assert await client.value(HEALTHY) == 40.0
 
 
-async def test_garbage_bytes_on_the_method_path(cluster: Cluster, keda: Callable[[int], KedaClient],
-                                                caplog: pytest.LogCaptureFixture) -> None:
+async def test_garbage_bytes_on_the_method_path(
+    cluster: Cluster, keda: Callable[[int], KedaClient], caplog: pytest.LogCaptureFixture
+) -> None:
     scaler, client = await _healthy(cluster, keda)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{scaler.grpc_port}") as ch:
-        raw = ch.unary_unary(GET_METRICS, request_serializer=None, response_deserializer=None)
+        raw = ch.unary_unary(GET_METRICS, request_serializer=None, response_deserializer=None)  # type: ignore[var-annotated]
         codes: set[grpc.StatusCode] = set()
         for garbage in (b"\xff\xff\xff\xff", b"\x0a\xff\xff\xff\xff\x0f", bytes(range(256)) * 40, b"\x12"):
             try:
@@ -132,7 +153,7 @@ async def test_garbage_bytes_on_the_method_path(cluster: Cluster, keda: Callable
                 codes.add(e.code())
         # gRPC's own deserializer refuses them (UNKNOWN: "Unexpected DecodeError"); the service never sees them
         assert codes == {grpc.StatusCode.UNKNOWN}
-        unknown = ch.unary_unary("/externalscaler.ExternalScaler/Nope")
+        unknown = ch.unary_unary("/externalscaler.ExternalScaler/Nope")  # type: ignore[var-annotated]
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await unknown(b"", timeout=5)
         assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED

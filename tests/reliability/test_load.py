@@ -59,10 +59,22 @@ async def scaler_process(cluster: Cluster) -> AsyncIterator[Callable[[], asyncio
         agents = ",".join(n.address for n in cluster.nodes.values())
         ports = free_port(), free_port()  # the CLI takes no port 0
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gpuscale", "--log-level", "info", "scaler", "--agents", agents,
-            "--grpc-address", f"127.0.0.1:{ports[0]}", "--metrics-address", f"127.0.0.1:{ports[1]}",
-            "--history", "10",
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+            sys.executable,
+            "-m",
+            "gpuscale",
+            "--log-level",
+            "info",
+            "scaler",
+            "--agents",
+            agents,
+            "--grpc-address",
+            f"127.0.0.1:{ports[0]}",
+            "--metrics-address",
+            f"127.0.0.1:{ports[1]}",
+            "--history",
+            "10",
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
         )
         procs.append(proc)
         assert proc.stderr is not None
@@ -90,7 +102,9 @@ async def _drain(stream: asyncio.StreamReader) -> None:
 
 
 async def test_thousand_streams_and_sustained_load_memory_flat(
-    cluster: Cluster, keda: Callable[[int], KedaClient], scaler_process: Callable[[], asyncio.Future[ScalerProcess]]
+    cluster: Cluster,
+    keda: Callable[[int], KedaClient],
+    scaler_process: Callable[[], asyncio.Future[ScalerProcess]],
 ) -> None:
     await cluster.node("node-a", "square:0:80:2", gpus=2, interval=0.25)  # flips every second
     await cluster.node("node-b", "constant:50", gpus=2, interval=0.25)

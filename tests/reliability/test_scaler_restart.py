@@ -35,7 +35,7 @@ async def test_restart_under_open_streams(cluster: Cluster, keda: Callable[[int]
     client = keda(port)  # one channel for the whole test, as KEDA keeps its connection pool
     await until(lambda: _answers(client, MD, 110.0), what="first scaler answers")
     streams = [client.stub.StreamIsActive(client.ref(MD, name=f"so-{i}")) for i in range(20)]
-    assert [(await s.read()).result for s in streams] == [True] * 20
+    assert [(await s.read()).result for s in streams] == [True] * 20  # type: ignore[attr-defined]
     pending = [asyncio.ensure_future(s.read()) for s in streams]
 
     await first.stop()
@@ -47,7 +47,7 @@ async def test_restart_under_open_streams(cluster: Cluster, keda: Callable[[int]
     second = await cluster.scaler(kube=False, grpc_address=f"127.0.0.1:{port}")  # same address
     await until(lambda: _answers(client, MD, 110.0), what="restarted scaler answers on the old channel")
     again = client.stub.StreamIsActive(client.ref(MD), timeout=5)
-    assert (await again.read()).result is True
+    assert (await again.read()).result is True  # type: ignore[attr-defined]
     again.cancel()
     assert second.state.stale_nodes == 0
 
@@ -63,7 +63,9 @@ CASES = [
 ]
 
 
-async def test_two_replicas_give_the_same_answers(cluster: Cluster, keda: Callable[[int], KedaClient]) -> None:
+async def test_two_replicas_give_the_same_answers(
+    cluster: Cluster, keda: Callable[[int], KedaClient]
+) -> None:
     await _cluster(cluster)
     replicas: list[Scaler] = [await cluster.scaler(kube=False), await cluster.scaler(kube=False)]
     clients = [keda(r.grpc_port) for r in replicas]

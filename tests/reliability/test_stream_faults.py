@@ -103,7 +103,9 @@ async def test_agent_killed_then_restarted(fleet: Fleet) -> None:
         "wa": grpc.StatusCode.UNAVAILABLE,  # every GPU of it is on node-a
         "wb": 70.0,
         "wc": 20.0,
-        "wab": 70.0,  # answers from its GPU on node-b: avg 70 times 1 pod with a fresh sample
+        # wa-0 (node-a) is a missing pod: wb-0 alone (70, target 60) asks to scale up; with wa-0 at 0 the
+        # ratio is 70 / 120, a flip, so the answer keeps the current count (60 x 2): no scale-down
+        "wab": 120.0,
     }
     await f.cluster.node("node-a", "constant:40", gpus=1)  # back on the same port
     await until(lambda: _all_ok(f), what="recovered without a scaler restart")
@@ -116,7 +118,9 @@ async def test_partition_stream_open_but_silent(fleet: Fleet) -> None:
     await until(lambda: f.stale() == {"node-b"}, timeout=5, what="silence detected")
     assert f.reconnects("silent") >= 1
     await _wait_stale(f)
-    assert await f.values() == {"wa": 40.0, "wb": grpc.StatusCode.UNAVAILABLE, "wc": 20.0, "wab": 40.0}
+    # wab: wa-0 alone (40 of 60) asks to scale down; wb-0, missing, counts as the target: (40 + 60) / 120 is
+    # outside the tolerance, so 100 (the HPA: ceil(100 / 60) = 2, the replicas it has)
+    assert await f.values() == {"wa": 40.0, "wb": grpc.StatusCode.UNAVAILABLE, "wc": 20.0, "wab": 100.0}
     f.proxies["node-b"].resume()
     await until(lambda: _all_ok(f), what="recovered after the partition healed")
     assert f.stale() == set()
@@ -136,7 +140,7 @@ async def test_stream_is_active_of_other_workloads_survives_a_dead_node(fleet: F
     f = fleet
     activity = {**md("wc"), "activationValue": "10"}
     stream = f.client.stub.StreamIsActive(f.client.ref(activity), timeout=10)
-    assert (await stream.read()).result is True
+    assert (await stream.read()).result is True  # type: ignore[attr-defined]
     await f.cluster.kill("node-a")
     await until(lambda: f.stale() == {"node-a"}, what="node-a stale")
     await _wait_stale(f)
@@ -179,7 +183,11 @@ def test_shards_are_stable_and_spread() -> None:
     )
     for seed in ("1", "2"):
         out = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True,
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
             env={**os.environ, "PYTHONHASHSEED": seed},
         )
         assert out.stdout.strip() == str([shard_of(a, 4) for a in addresses])

@@ -58,7 +58,9 @@ def _ca(cn: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
+        .add_extension(
+            x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True
+        )
         .sign(key, hashes.SHA256())
     )
     return cert, key
@@ -84,7 +86,8 @@ def _leaf(
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(
             x509.ExtendedKeyUsage(
-                [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH] if names
+                [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+                if names
                 else [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]
             ),
             critical=False,
@@ -107,7 +110,9 @@ def make_pki(directory: Path) -> Pki:
     other, _ = _ca("another CA")
     server, server_key = _leaf(ca, ca_key, "gpuscale-scaler", server=True)
     client, client_key = _leaf(ca, ca_key, "keda-operator", server=False)
-    service = [_leaf(ca, ca_key, "gpuscale", server=True, names=[x509.DNSName(SERVICE_NAME)]) for _ in range(2)]
+    service = [
+        _leaf(ca, ca_key, "gpuscale", server=True, names=[x509.DNSName(SERVICE_NAME)]) for _ in range(2)
+    ]
     files = {
         "service.pem": service[0][0].public_bytes(serialization.Encoding.PEM),
         "service-key.pem": _pem_key(service[0][1]),
@@ -123,6 +128,15 @@ def make_pki(directory: Path) -> Pki:
     for name, data in files.items():
         (directory / name).write_bytes(data)
     d = directory
-    return Pki(d / "ca.pem", d / "server.pem", d / "server-key.pem", d / "client.pem", d / "client-key.pem",
-               d / "other-ca.pem", d / "service.pem", d / "service-key.pem", d / "service-2.pem",
-               d / "service-key-2.pem")
+    return Pki(
+        d / "ca.pem",
+        d / "server.pem",
+        d / "server-key.pem",
+        d / "client.pem",
+        d / "client-key.pem",
+        d / "other-ca.pem",
+        d / "service.pem",
+        d / "service-key.pem",
+        d / "service-2.pem",
+        d / "service-key-2.pem",
+    )

@@ -32,7 +32,9 @@ from tests.fakes.kubelet import FakeKubelet, dra_claim, pod_resources
 TOKEN = "s3cret"
 
 
-async def until(predicate: Callable[[], Awaitable[bool] | bool], timeout: float = 8.0, what: str = "") -> None:
+async def until(
+    predicate: Callable[[], Awaitable[bool] | bool], timeout: float = 8.0, what: str = ""
+) -> None:
     """Poll ``predicate`` (sync or async) until it holds; fail after ``timeout`` seconds."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -99,7 +101,7 @@ class Cluster:
             dra=NodeResourceSliceWatcher(api, name, watch),
         )
         await agent.start()
-        node = Node(name, agent, kubelet, api, patterns, gpus)
+        node = Node(name, agent, kubelet, api, patterns, gpus)  # type: ignore[arg-type]
         self.nodes[name] = node
         return node
 
@@ -143,7 +145,9 @@ class Cluster:
             f"gpu-{i}": {"type": {"string": "gpu"}, "uuid": {"string": uuid}}
             for i, uuid in enumerate(self.nodes[node].uuids)
         }
-        self.apiserver.put_resource_slice(f"{node}-gpu.nvidia.com", node=node, driver="gpu.nvidia.com", devices=devices)
+        self.apiserver.put_resource_slice(
+            f"{node}-gpu.nvidia.com", node=node, driver="gpu.nvidia.com", devices=devices
+        )
 
     def add_dra_pod(
         self, namespace: str, name: str, node: str, gpus: Sequence[int], labels: Mapping[str, str]

@@ -25,7 +25,9 @@ from .certs import SERVICE_NAME, Pki, make_pki
 POOL = {"scope": "pool", "nodeSelector": "kubernetes.io/hostname=node-a", "targetValue": "50", "window": "0"}
 
 
-def to_agents(pki: Pki, *, client_cert: bool = True, server_name: str | None = SERVICE_NAME) -> SubscriberSettings:
+def to_agents(
+    pki: Pki, *, client_cert: bool = True, server_name: str | None = SERVICE_NAME
+) -> SubscriberSettings:
     return SubscriberSettings(
         backoff_initial_s=0.05,
         backoff_max_s=0.3,
@@ -84,7 +86,9 @@ async def test_scaler_without_the_right_credentials_never_follows(
     # A few attempts, each refused (the positive case above connects within one): never a node.
 
     def refusals() -> float:
-        value = scaler.registry.get_sample_value("gpuscale_scaler_agent_reconnects_total", {"reason": "UNAVAILABLE"})
+        value = scaler.registry.get_sample_value(
+            "gpuscale_scaler_agent_reconnects_total", {"reason": "UNAVAILABLE"}
+        )
         return value or 0.0
 
     await until(lambda: refusals() >= 3, what=f"refused: {expected}")

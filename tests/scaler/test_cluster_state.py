@@ -12,9 +12,9 @@ import pytest
 from gpuscale._proto import agent_pb2
 from gpuscale.errors import UsageError
 from gpuscale.scaler.discovery import DnsDiscovery, StaticDiscovery
-from gpuscale.scaler.selector import parse_selector
 from gpuscale.scaler.source import Query
 from gpuscale.scaler.state import ClusterState
+from gpuscale.scaling.selector import parse_selector
 
 SNAP, UPD = agent_pb2.NodeUpdate.SNAPSHOT, agent_pb2.NodeUpdate.UPDATE
 
@@ -24,12 +24,19 @@ def gpu(uuid: str, util: float | None = None, pods: tuple[tuple[str, str], ...] 
     if util is not None:
         g.samples.add(timestamp=time.time(), gpu_utilization=util)
     for ns, pod in pods:
-        g.attributions.add(namespace=ns, pod=pod, container="main", resource_name="nvidia.com/gpu", device_id=uuid)
+        g.attributions.add(
+            namespace=ns, pod=pod, container="main", resource_name="nvidia.com/gpu", device_id=uuid
+        )
     return g
 
 
-def msg(kind: Any, node: str, gpus: list[agent_pb2.GpuState], pods: dict[str, dict[str, str]] | None = None,
-        agent: str = "a1") -> agent_pb2.NodeUpdate:
+def msg(
+    kind: Any,
+    node: str,
+    gpus: list[agent_pb2.GpuState],
+    pods: dict[str, dict[str, str]] | None = None,
+    agent: str = "a1",
+) -> agent_pb2.NodeUpdate:
     m = agent_pb2.NodeUpdate(kind=kind, node_name=node, agent_id=agent, interval_seconds=1.0, gpus=gpus)
     if pods is not None:
         m.pods_changed = kind == UPD
@@ -44,8 +51,14 @@ LLM = Query("workload", "default", parse_selector("app=llm"))
 
 def test_selection_is_cached_until_its_namespace_changes() -> None:
     state = ClusterState()
-    state.apply(msg(SNAP, "n1", [gpu("g1", 50, (("default", "llm-0"),)), gpu("g2", 10, (("ml", "x"),))],
-                    {"default/llm-0": {"app": "llm"}, "ml/x": {"app": "llm"}}))
+    state.apply(
+        msg(
+            SNAP,
+            "n1",
+            [gpu("g1", 50, (("default", "llm-0"),)), gpu("g2", 10, (("ml", "x"),))],
+            {"default/llm-0": {"app": "llm"}, "ml/x": {"app": "llm"}},
+        )
+    )
     first = state.select(LLM)
     assert [s.uuid for s in first.series] == ["g1"] and first.pods == 1
     state.apply(msg(UPD, "n1", [gpu("g1", 60, (("default", "llm-0"),))]))  # samples only: same selection
@@ -81,8 +94,14 @@ def test_disconnect_marks_stale_and_sweep_forgets() -> None:
 
 async def test_feed_wakes_only_for_its_gpus_or_namespace() -> None:
     state = ClusterState()
-    state.apply(msg(SNAP, "n1", [gpu("g1", 50, (("default", "llm-0"),)), gpu("g2", 1)],
-                    {"default/llm-0": {"app": "llm"}}))
+    state.apply(
+        msg(
+            SNAP,
+            "n1",
+            [gpu("g1", 50, (("default", "llm-0"),)), gpu("g2", 1)],
+            {"default/llm-0": {"app": "llm"}},
+        )
+    )
     feed = state.feed(LLM)
     feed.follow(state.select(LLM).uuids)
     feed.event.clear()
@@ -168,10 +187,14 @@ def test_node_labels_arrive_with_the_stream() -> None:
 async def test_dns_discovery() -> None:
     async def resolver(name: str, port: int, **kw: Any) -> list[tuple[Any, ...]]:
         assert (name, port) == ("agents.svc", 6000)
-        return [(socket.AF_INET, 1, 6, "", ("10.0.0.1", 6000)), (socket.AF_INET6, 1, 6, "", ("fd00::2", 6000, 0, 0))]
+        return [
+            (socket.AF_INET, 1, 6, "", ("10.0.0.1", 6000)),
+            (socket.AF_INET6, 1, 6, "", ("fd00::2", 6000, 0, 0)),
+        ]
 
     assert await DnsDiscovery("agents.svc", 6000, resolver=resolver).addresses() == {
-        "10.0.0.1:6000", "[fd00::2]:6000"
+        "10.0.0.1:6000",
+        "[fd00::2]:6000",
     }
 
     async def failing(*a: Any, **kw: Any) -> list[tuple[Any, ...]]:
@@ -197,6 +220,8 @@ async def test_dns_discovery() -> None:
         (["--agents", "a:1", "--agents-dns", "b:2"], "not both"),
         (["--agents", "a:1", "--tls-cert", "x.pem"], "needs both --tls-cert and --tls-key"),
         (["--agents-dns", "agents"], '--agents-dns "agents" must be HOST:PORT'),
+        (["--agents", "a:1", "--forget-after", "0"], '--forget-after "0" must be greater than 0'),
+        (["--agents", "a:1", "--ready-grace", "soon"], '--ready-grace "soon" must be a number of seconds'),
     ],
 )
 def test_scaler_flags(argv: list[str], message: str) -> None:
@@ -216,8 +241,15 @@ def test_scaler_flag_defaults() -> None:
     cli.register(parser.add_subparsers())
     s = cli.settings_from_args(parser.parse_args(["scaler", "--agents-dns", "gpuscale-agent.sys.svc:6000"]))
     assert (s.grpc_address, s.metrics_address, s.agents_dns) == (
-        "[::]:6001", "[::]:9401", "gpuscale-agent.sys.svc:6000"
+        "[::]:6001",
+        "[::]:9401",
+        "gpuscale-agent.sys.svc:6000",
     )
+    assert (s.subscriber.forget_after_s, s.ready_grace_s) == (600.0, 10.0)
+    s = cli.settings_from_args(
+        parser.parse_args(["scaler", "--agents", "a:1", "--forget-after", "90", "--ready-grace", "3"])
+    )
+    assert (s.subscriber.forget_after_s, s.ready_grace_s) == (90.0, 3.0)
 
 
 def test_only_pods_that_ask_for_a_gpu_count_as_gpu_pods_and_old_agents_say_nothing() -> None:
@@ -230,4 +262,46 @@ def test_only_pods_that_ask_for_a_gpu_count_as_gpu_pods_and_old_agents_say_nothi
     m.pods.add(namespace="default", name="llm-old", uid="u2", labels={"app": "llm"})  # an older agent's
     state.apply(m)
     selection = state.select(LLM)
-    assert (selection.pods, selection.gpu_pods, selection.series) == (3, 1, ())
+    assert (selection.pods, [p.name for p in selection.gpu_pods], selection.series) == (
+        3,
+        ["default/llm-0"],
+        (),
+    )
+
+
+def test_engine_readings_by_pod_and_an_older_agent_said_to_be_upgraded() -> None:
+    from gpuscale.convert import engine_reading_to_pb
+    from gpuscale.model import EngineSample, ModelSignals
+
+    state = ClusterState()
+    old = msg(SNAP, "n1", [gpu("g1", 50, (("default", "llm-0"),))])  # an agent from before engines
+    old.pods.add(namespace="default", name="llm-0", uid="u0", labels={"app": "llm"}, wants_gpu=True)
+    state.apply(old)
+    (engine,) = state.select(LLM).engines
+    assert engine.missing == "the agent of n1 reads no engines (upgrade gpuscale agent)"
+
+    new = msg(SNAP, "n2", [gpu("g2", 50, (("default", "llm-1"),))], agent="a2")
+    new.engines_supported = True
+    new.pods.add(namespace="default", name="llm-1", uid="u1", labels={"app": "llm"}, wants_gpu=True)
+    e = new.engines.add(namespace="default", pod="llm-1")
+    e.readings.append(
+        engine_reading_to_pb(EngineSample(time.time(), "vllm", (ModelSignals("m", waiting=7.0),)))
+    )
+    state.apply(new)
+    by_pod = {x.pod: x for x in state.select(LLM).engines}
+    assert (
+        by_pod["default/llm-1"].missing is None
+        and by_pod["default/llm-1"].samples[-1].models[0].waiting == 7.0
+    )
+    # the engine stops answering: the agent says why, and the pod has no engine value until it reads again
+    upd = msg(UPD, "n2", [], agent="a2")
+    upd.engines.add(
+        namespace="default",
+        pod="llm-1",
+        missing_reason="timeout",
+        missing_detail="no answer in 0.8 s",
+        missing_at=time.time() + 1,
+    )
+    state.apply(upd)
+    by_pod = {x.pod: x for x in state.select(LLM).engines}
+    assert by_pod["default/llm-1"].missing == "engine not read: timeout (no answer in 0.8 s)"

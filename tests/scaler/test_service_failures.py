@@ -26,8 +26,9 @@ BAD = [
     (
         {"metric": "fan_speed"},
         'invalid trigger metadata: parameter "metric" value "fan_speed" must be one of [dram_active, '
-        "gpu_utilization, gr_engine_active, memory_used, memory_used_percent, memory_utilization, power, "
-        "power_percent, sm_active, sm_occupancy, temperature, tensor_active]",
+        "generation_tokens_per_second, gpu_utilization, gr_engine_active, itl_p95, kv_cache_usage, memory_used, "
+        "memory_used_percent, memory_utilization, power, power_percent, queue_length, requests_in_flight, "
+        "sm_active, sm_occupancy, temperature, tensor_active, ttft_p50, ttft_p95]",
     ),
 ]
 
@@ -104,8 +105,8 @@ async def test_agent_killed_goes_unavailable_then_recovers(
         code, message = await client.code_of(call)
         assert code == grpc.StatusCode.UNAVAILABLE
         assert message == (
-            'no data for metric "gpu_utilization": 1 GPU in scope: 1 without a sample newer than 1 s, '
-            "0 not reporting the metric"
+            "ScaledObject default/so: 1 of 1 GPU pod have no fresh sample (none is fresh): node-a (agent gone: "
+            "1 pod); KEDA keeps the replicas or applies its fallback"
         )
     assert (await client.spec(md)).metricSpecs[0].targetSizeFloat == 60  # still answers: fallback works
     await cluster.node("node-a", "constant:40", gpus=1)  # restarted on the same port
@@ -143,7 +144,7 @@ async def test_unexpected_exception_is_internal_for_that_call_only(
     cluster.add_pod("default", "llm-0", "node-a", [0], {"app": "llm"})
     scaler = await cluster.scaler(kube=False)
     client = keda(scaler.grpc_port)
-    await until(lambda: scaler.state.select is not None and scaler.state.problem() is None)
+    await until(lambda: scaler.state.problem() is None and scaler.view_problem() is None)
     real = scaler.state.select
     calls = 0
 
@@ -154,7 +155,7 @@ async def test_unexpected_exception_is_internal_for_that_call_only(
             raise ZeroDivisionError("boom")
         return real(query)  # type: ignore[arg-type]
 
-    scaler.state.select = broken  # type: ignore[method-assign]
+    scaler.state.select = broken  # type: ignore[assignment,method-assign]
     code, message = await client.code_of(client.metrics(BASE))
     assert code == grpc.StatusCode.INTERNAL and "ZeroDivisionError: boom" in message
     assert "GetMetrics failed unexpectedly" in caplog.text
@@ -165,7 +166,9 @@ async def test_unexpected_exception_is_internal_for_that_call_only(
     await until(answers, what="the next call answers")
 
 
-async def test_request_metrics_by_method_and_code(cluster: Cluster, keda: Callable[[int], KedaClient]) -> None:
+async def test_request_metrics_by_method_and_code(
+    cluster: Cluster, keda: Callable[[int], KedaClient]
+) -> None:
     import aiohttp
 
     scaler = await cluster.scaler(kube=False, agents=())
@@ -232,7 +235,12 @@ async def test_dns_name_without_agents_yet_is_ready_then_follows_them(
 
         await until(ready, what="ready with no agent")
     client = keda(scaler.grpc_port)
-    md = {"scope": "pool", "nodeSelector": "kubernetes.io/hostname=node-a", "targetValue": "60", "window": "0"}
+    md = {
+        "scope": "pool",
+        "nodeSelector": "kubernetes.io/hostname=node-a",
+        "targetValue": "60",
+        "window": "0",
+    }
     code, message = await client.code_of(client.metrics(md))
     assert (code, message) == (
         grpc.StatusCode.UNAVAILABLE,

@@ -9,8 +9,8 @@ from collections.abc import Callable
 import grpc
 import pytest
 
-from gpuscale.scaler.selector import parse_selector
 from gpuscale.scaler.source import Query
+from gpuscale.scaling.selector import parse_selector
 
 from .conftest import Cluster, KedaClient, until
 
@@ -42,6 +42,7 @@ async def test_pool_follows_node_labels(
         )
 
     await until(labelled, what="both labelled nodes' labels reached the scaler")
+    await until(lambda: scaler.view_problem() is None, what="every agent's view complete")
     assert await client.value(pool("nvidia.com/gpu.product=NVIDIA-H200")) == pytest.approx(50)
     assert await client.value(pool("nvidia.com/gpu.product=NVIDIA-H200,!spot")) == pytest.approx(80)
     assert await client.value(pool("pool in (serve)", aggregation="min")) == pytest.approx(20)
@@ -52,11 +53,11 @@ async def test_pool_follows_node_labels(
     stream = client.stub.StreamIsActive(
         client.ref(pool("nvidia.com/gpu.product=NVIDIA-H200,!spot", activationValue="60")), timeout=10
     )
-    assert (await asyncio.wait_for(stream.read(), 5)).result is True
+    assert (await asyncio.wait_for(stream.read(), 5)).result is True  # type: ignore[attr-defined]
 
     # h200-b leaves the spot market: it joins the pool, whose average falls to 50, below the activation.
     api.put_node("h200-b", {"nvidia.com/gpu.product": "NVIDIA-H200", "pool": "serve"})
-    assert (await asyncio.wait_for(stream.read(), 5)).result is False
+    assert (await asyncio.wait_for(stream.read(), 5)).result is False  # type: ignore[attr-defined]
     assert await client.value(pool("nvidia.com/gpu.product=NVIDIA-H200,!spot")) == pytest.approx(50)
     stream.cancel()
 

@@ -17,22 +17,30 @@ from gpuscale.scaler.local import add_node_scope
 
 from .conftest import Cluster, KedaClient, until
 
-FLIP = {"podSelector": "app=llm", "targetValue": "60", "activationValue": "50", "window": "0", "staleAfter": "2"}
+FLIP = {
+    "podSelector": "app=llm",
+    "targetValue": "60",
+    "activationValue": "50",
+    "window": "0",
+    "staleAfter": "2",
+}
 
 
-async def test_stream_sees_activity_flip_both_ways(cluster: Cluster, keda: Callable[[int], KedaClient]) -> None:
+async def test_stream_sees_activity_flip_both_ways(
+    cluster: Cluster, keda: Callable[[int], KedaClient]
+) -> None:
     node = await cluster.node("node-a", "square:0:80:1.2", gpus=1)  # 0 % for 0.6 s, 80 % for 0.6 s, …
     cluster.add_pod("default", "llm-0", "node-a", [0], {"app": "llm"})
     scaler = await cluster.scaler(kube=False)
     client = keda(scaler.grpc_port)
     uuid = node.uuids[0]
-    await until(lambda: len(scaler.state.select(_query()).series) == 1, what="the pod's GPU is known")
+    await until(lambda: len(scaler.state.select(_query()).series) == 1, what="the pod's GPU is known")  # type: ignore[arg-type]
     seen: list[bool] = []
     lags: list[float] = []
     stream = client.stub.StreamIsActive(client.ref(FLIP), timeout=8)
     async for msg in stream:
         seen.append(msg.result)
-        newest = max(s.timestamp for s in scaler.state.select(_query()).series[0].samples)
+        newest = max(s.timestamp for s in scaler.state.select(_query()).series[0].samples)  # type: ignore[arg-type]
         assert _latest_util(scaler, uuid) == (80 if msg.result else 0)
         lags.append(time.time() - newest)
         if len(seen) == 4:
@@ -43,7 +51,9 @@ async def test_stream_sees_activity_flip_both_ways(cluster: Cluster, keda: Calla
     await _until_streams(scaler, 0)
 
 
-async def test_stream_waits_for_data_then_answers(cluster: Cluster, keda: Callable[[int], KedaClient]) -> None:
+async def test_stream_waits_for_data_then_answers(
+    cluster: Cluster, keda: Callable[[int], KedaClient]
+) -> None:
     scaler = await cluster.scaler(kube=False, agents=())
     client = keda(scaler.grpc_port)
     md = {**FLIP, "activationValue": "10"}
@@ -56,9 +66,9 @@ async def test_stream_waits_for_data_then_answers(cluster: Cluster, keda: Callab
     scaler.pool.reconcile([n.address for n in cluster.nodes.values()])
     msg = await asyncio.wait_for(first, 5)
     # Before the pod is known the workload has no pods (inactive); once it is, 40 > 10 (active).
-    results = [msg.result]
+    results = [msg.result]  # type: ignore[attr-defined]
     while results[-1] is not True:
-        results.append((await asyncio.wait_for(stream.read(), 5)).result)
+        results.append((await asyncio.wait_for(stream.read(), 5)).result)  # type: ignore[attr-defined]
     stream.cancel()
     assert results in ([True], [False, True])
 
@@ -79,11 +89,17 @@ async def test_stream_with_invalid_metadata_ends_with_invalid_argument(
 async def test_agent_serves_node_scope() -> None:
     """The wiring of `gpuscale agent --serve-external-scaler`: the agent answers scope node from memory."""
     settings = AgentSettings(
-        node_name="node-a", interval=0.1, grpc_address="127.0.0.1:0", metrics_address="127.0.0.1:0",
-        kubelet_socket=Path("/nonexistent/kubelet.sock"), serve_external_scaler=True,
+        node_name="node-a",
+        interval=0.1,
+        grpc_address="127.0.0.1:0",
+        metrics_address="127.0.0.1:0",
+        kubelet_socket=Path("/nonexistent/kubelet.sock"),
+        serve_external_scaler=True,
     )
-    agent = Agent(settings, MockBackend(MockConfig(gpus=2, patterns=parse_patterns("constant:30,constant:70"))))
-    agent.extra_services.append(lambda server: add_node_scope(server, agent.state, registry=agent.registry))
+    agent = Agent(
+        settings, MockBackend(MockConfig(gpus=2, patterns=parse_patterns("constant:30,constant:70")))
+    )
+    agent.extra_services.append(lambda server: add_node_scope(server, agent.state, registry=agent.registry))  # type: ignore[arg-type]
     await agent.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{agent.grpc_port}") as ch:
@@ -101,7 +117,7 @@ async def test_agent_serves_node_scope() -> None:
             assert await client.value({**md, "aggregation": "avg"}) == 50
             assert await client.active(md)
             stream = client.stub.StreamIsActive(client.ref(md), timeout=5)
-            assert (await stream.read()).result is True
+            assert (await stream.read()).result is True  # type: ignore[attr-defined]
             stream.cancel()
             code, message = await client.code_of(client.metrics({"targetValue": "60"}))
             assert code == grpc.StatusCode.INVALID_ARGUMENT
@@ -111,8 +127,8 @@ async def test_agent_serves_node_scope() -> None:
 
 
 def _query() -> object:
-    from gpuscale.scaler.selector import parse_selector
     from gpuscale.scaler.source import Query
+    from gpuscale.scaling.selector import parse_selector
 
     return Query("workload", "default", parse_selector("app=llm"))
 

@@ -58,7 +58,9 @@ async def test_two_nodes_only_the_workloads_gpus_count(
     ]
     (value,) = (await client.metrics(LLM, metric="gpuscale-gpu-utilization-avg")).metricValues
     assert (value.metricName, value.metricValue, value.metricValueFloat) == (
-        "gpuscale-gpu-utilization-avg", 120, 120.0,
+        "gpuscale-gpu-utilization-avg",
+        120,
+        120.0,
     )
     assert await client.active(LLM)
     other = {**LLM, "podSelector": "app=other", "aggregation": "max"}
@@ -135,20 +137,26 @@ async def test_pods_on_gpu_nodes_without_an_attributed_gpu_are_unavailable_not_z
     vlm = {**LLM, "podSelector": "app=vlm"}
     code, message = await client.code_of(client.value(vlm))
     assert code == grpc.StatusCode.UNAVAILABLE
-    assert message.startswith("ScaledObject default/so: 2 pods asking for a GPU run on GPU nodes, but no GPU is attributed")
+    assert message.startswith(
+        "ScaledObject default/so: 2 pods asking for a GPU run on GPU nodes, but no GPU is attributed"
+    )
     assert (await client.code_of(client.active(vlm)))[0] == grpc.StatusCode.UNAVAILABLE
     assert await client.value({**LLM, "podSelector": "app=router"}) == 0
 
     # once the kubelet reports the pod's GPU, the value is back
     n = cluster.nodes["node-a"]
     n.kubelet.pods.append(pod_resources("default", "vlm-0", {"main": [("nvidia.com/gpu", [n.uuids[1]])]}))
-    await settled(client, vlm, 10)  # 1 pod with samples x 10 %
+    # vlm-0 at 10 % (of a target of 60) asks to scale down; vlm-1, whose device the kubelet still does not
+    # list, is a missing pod and counts as the target: (10 + 60) = 70, from which the HPA keeps 2 replicas
+    await settled(client, vlm, 70)
     # pods that finished (a Job's, say) are no pods: the workload has none and reports 0. A running pod
     # added after it on the same node marks when node-b's agent has seen both.
     cluster.apiserver.add_pod(
         make_pod("default", "job-0", node="node-b", labels={"app": "job"}, phase="Succeeded", limits=gpu)
     )
-    cluster.apiserver.add_pod(make_pod("default", "mark-0", node="node-b", labels={"app": "mark"}, limits=gpu))
+    cluster.apiserver.add_pod(
+        make_pod("default", "mark-0", node="node-b", labels={"app": "mark"}, limits=gpu)
+    )
 
     async def marker_seen() -> bool:
         code, _ = await client.code_of(client.value({**LLM, "podSelector": "app=mark"}))
@@ -181,7 +189,9 @@ async def test_gpu_shared_by_two_pods_counts_once(
     node = await cluster.node("node-a", "constant:50,constant:20", gpus=2)
     cluster.add_pod("default", "llm-0", "node-a", [0], {"app": "llm"})
     cluster.apiserver.add_pod(make_pod("default", "llm-1", node="node-a", labels={"app": "llm"}))
-    node.kubelet.pods.append(pod_resources("default", "llm-1", {"main": [("nvidia.com/gpu", [node.uuids[0]])]}))
+    node.kubelet.pods.append(
+        pod_resources("default", "llm-1", {"main": [("nvidia.com/gpu", [node.uuids[0]])]})
+    )
     scaler = await cluster.scaler()
     await settled(keda(scaler.grpc_port), LLM, 2 * 50)
 
@@ -214,6 +224,7 @@ async def test_gpus_allocated_through_dra_count_for_their_workload(
     await settled(client, LLM, 2 * 45)  # 2 pods x avg(10, 80)
 
     # node-b's slice is gone (its DRA driver uninstalled): nothing says which GPU llm-1 holds any more, so
-    # only llm-0's counts.
+    # llm-1 is a missing pod. llm-0 (10 of a target of 60) asks to scale down, and llm-1 counts as the
+    # target: 10 + 60 = 70, from which the HPA keeps its 2 replicas.
     cluster.apiserver.delete_resource_slice("node-b-gpu.nvidia.com")
-    await settled(client, LLM, 10)  # llm-0 alone: 1 pod x 10
+    await settled(client, LLM, 70)

@@ -5,11 +5,10 @@ from __future__ import annotations
 import pytest
 
 from gpuscale.sim.pipeline import (
-    GpuscalePipeline,
     PrometheusPipeline,
-    aggregate,
     parse_signal,
     per_pod_values,
+    query_aggregate,
 )
 from gpuscale.sim.quantity import keda_milli, parse_quantity_milli
 from gpuscale.sim.workload import Observation
@@ -30,21 +29,6 @@ from gpuscale.sim.workload import Observation
 )
 def test_prometheus_sample_times(pipeline: PrometheusPipeline, t: int, expected: tuple[int, ...]) -> None:
     assert pipeline.sample_times(t) == expected
-
-
-@pytest.mark.parametrize(
-    ("pipeline", "t", "window", "expected"),
-    [
-        (GpuscalePipeline(1, 0), 37, 0, (37,)),  # pull or push: the latest 1 s sample
-        (GpuscalePipeline(5, 0), 37, 0, (35,)),
-        (GpuscalePipeline(1, 2), 37, 0, (35,)),
-        (GpuscalePipeline(5, 0), 37, 15, (25, 30, 35)),  # window of 15 s = 3 samples
-    ],
-)
-def test_gpuscale_sample_times(
-    pipeline: GpuscalePipeline, t: int, window: int, expected: tuple[int, ...]
-) -> None:
-    assert pipeline.sample_times(t, window) == expected
 
 
 def test_per_pod_values_average_each_pod_where_present() -> None:
@@ -68,7 +52,7 @@ def test_per_pod_values_average_each_pod_where_present() -> None:
     ],  # p90: rank 0.9 * 3 = 2.7 between 30 and 40 -> 37
 )
 def test_aggregate(agg: str, expected: float) -> None:
-    assert aggregate([10.0, 20.0, 30.0, 40.0], agg) == pytest.approx(expected)
+    assert query_aggregate([10.0, 20.0, 30.0, 40.0], agg) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ import pytest
 
 from gpuscale.cli import simulate
 from gpuscale.errors import UsageError
+from gpuscale.scaling.profiles import ProfileSet
 from gpuscale.sim import ScenarioError, parse_scenario
 
 GOOD_POLICY = """
@@ -59,11 +60,13 @@ def test_a_good_file_parses() -> None:
         (
             ("avg(gpu_utilization)", "mean(gpu_utilization)"),
             'policies[1].pipeline.prometheus.signal: value "mean(gpu_utilization)" must be for metric "triggers[0]" '
-            "demand or AGG(gpu_utilization)",
+            "demand or AGG(FIELD), FIELD in gpu_utilization, gpu_memory, queue, running, in_flight, kv_cache, ttft "
+            "and AGG in avg, count, max, min, p50, p90, p95, p99, sum",
         ),
         (
-            ("        triggers:", "        idleReplicaCount: 0\n        triggers:"),
-            'policies[1].scaledObject.spec.idleReplicaCount: value "0" must be an integer < minReplicaCount (0)',
+            ("        triggers:", "        idleReplicaCount: 1\n        triggers:"),
+            'policies[1].scaledObject.spec.idleReplicaCount: value "1" must be an integer < '
+            "max(1, minReplicaCount) (1)",
         ),
         (
             ("kind: ScaledObject", "kind: ScaledJob"),
@@ -165,10 +168,8 @@ def test_cli_missing_file_is_a_usage_error(tmp_path: Path) -> None:
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
 
 
-def _profiles() -> dict[str, dict[str, str]]:
-    from gpuscale.scaler.profiles import BUILTIN_PROFILES
-
-    return {p.name: p.as_metadata() for p in BUILTIN_PROFILES}
+def _profiles() -> ProfileSet:
+    return ProfileSet.builtin()
 
 
 def _gpuscale_policy(metadata: str) -> str:
@@ -191,37 +192,46 @@ def test_a_profile_sets_what_the_scaler_would_and_given_keys_win() -> None:
     )
     (trigger,) = scenario.policies[0].scaled_object.triggers  # type: ignore[union-attr]
     # llm-serving: gpu_utilization, avg, targetValue 85, activationValue 5 (7 given), window 30
-    assert (trigger.target, trigger.activation, trigger.window_seconds) == (85.0, 7.0, 30)
+    assert trigger.metadata is not None
+    assert (trigger.target, trigger.activation, trigger.metadata.window) == (85.0, 7.0, 30)
     assert trigger.signal == "avg(gpu_utilization)"
 
 
 def test_a_profiles_thresholds_do_not_carry_to_another_metric() -> None:
     # memory-bound scales on memory_utilization (target 60, activation 5): on gpu_utilization, as in the
     # scaler, the trigger must give its own target, and the activation is the default 0
-    text = HEAD + _gpuscale_policy('{scalerAddress: a, profile: memory-bound, metric: gpu_utilization}')
+    text = HEAD + _gpuscale_policy("{scalerAddress: a, profile: memory-bound, metric: gpu_utilization}")
     with pytest.raises(ScenarioError) as info:
         parse_scenario(text, profiles=_profiles())
-    assert info.value.problems == ("policies[0].scaledObject.spec.triggers[0].metadata.targetValue: is required",)
+    assert info.value.problems == (
+        'policies[0].scaledObject.spec.triggers[0].metadata: parameter "targetValue" is required (profile '
+        '"memory-bound" sets none for metric "gpu_utilization"); give a number greater than 0',
+    )
     scenario = parse_scenario(
-        HEAD + _gpuscale_policy('{scalerAddress: a, profile: memory-bound, metric: gpu_utilization, targetValue: "70"}'),
+        HEAD
+        + _gpuscale_policy(
+            '{scalerAddress: a, profile: memory-bound, metric: gpu_utilization, targetValue: "70"}'
+        ),
         profiles=_profiles(),
     )
     (trigger,) = scenario.policies[0].scaled_object.triggers  # type: ignore[union-attr]
-    assert (trigger.target, trigger.activation, trigger.window_seconds) == (70.0, 0.0, 20)  # window: the profile's
+    assert trigger.metadata is not None
+    assert (trigger.target, trigger.activation, trigger.metadata.window) == (
+        70.0,
+        0.0,
+        20,
+    )  # window: the profile's
 
 
-def test_a_fractional_window_takes_in_the_samples_the_scaler_would() -> None:
-    scenario = parse_scenario(HEAD + _gpuscale_policy('{scalerAddress: a, targetValue: "70", window: "2.5"}'))
+def test_the_trigger_is_the_scalers_parse_of_the_metadata() -> None:
+    """The simulator keeps what gpuscale.scaling.parse_metadata makes of the metadata: the same defaults
+    (window 10, staleAfter 30), YAML numbers read as the strings KEDA passes."""
+    from gpuscale.scaling import parse_metadata
+
+    scenario = parse_scenario(HEAD + _gpuscale_policy('{scalerAddress: a, targetValue: 70, window: "2.5"}'))
     (trigger,) = scenario.policies[0].scaled_object.triggers  # type: ignore[union-attr]
-    assert trigger.window_seconds == 3  # read between samples, 2.5 s reaches back over 3 of them
-
-
-def test_the_window_defaults_to_the_scalers() -> None:
-    from gpuscale.scaler.metadata import DEFAULTS
-
-    scenario = parse_scenario(HEAD + _gpuscale_policy('{scalerAddress: a, targetValue: "70"}'))
-    (trigger,) = scenario.policies[0].scaled_object.triggers  # type: ignore[union-attr]
-    assert trigger.window_seconds == DEFAULTS["window"] == 10
+    assert trigger.metadata == parse_metadata({"targetValue": "70", "window": "2.5"})
+    assert (trigger.metadata.window, trigger.metadata.stale_after) == (2.5, 30.0)
 
 
 @pytest.mark.parametrize(
@@ -229,18 +239,35 @@ def test_the_window_defaults_to_the_scalers() -> None:
     [
         (
             "{scalerAddress: a, profile: memory-bound}",
-            'policies[0].scaledObject.spec.triggers[0].metadata.profile: profile "memory-bound" scales on '
-            "memory_utilization; the simulator models gpu_utilization only",
+            'policies[0].scaledObject.spec.triggers[0].metadata: parameter "metric" value "memory_utilization" '
+            '(from profile "memory-bound"): the simulator models metric gpu_utilization, queue_length, '
+            "requests_in_flight, kv_cache_usage only",
+        ),
+        (
+            "{scalerAddress: a, profile: llm-latency}",
+            'policies[0].scaledObject.spec.triggers[0].metadata: parameter "metric" value "ttft_p95" '
+            '(from profile "llm-latency"): the simulator models metric gpu_utilization, queue_length, '
+            "requests_in_flight, kv_cache_usage only",
         ),
         (
             "{scalerAddress: a, profile: llm}",
-            'policies[0].scaledObject.spec.triggers[0].metadata.profile: value "llm" must be one of '
-            "[batch-inference, llm-serving, memory-bound, memory-capacity, online-inference, power-capped, "
-            "training-throughput] (or a --profiles file's)",
+            'policies[0].scaledObject.spec.triggers[0].metadata: parameter "profile" value "llm" must be one of '
+            "[batch-inference, llm-latency, llm-serving, memory-bound, memory-capacity, online-inference, power-capped, "
+            "training-throughput]\npolicies[0].scaledObject.spec.triggers[0].metadata: parameter "
+            '"targetValue" is required (no profile is given); give a number greater than 0',
         ),
         (
             '{scalerAddress: a, targetValue: "70", share: container}',
-            'policies[0].scaledObject.spec.triggers[0].metadata.share: value "container" must be one of [gpu]',
+            'policies[0].scaledObject.spec.triggers[0].metadata: parameter "share" value "container": the '
+            "simulator models share gpu only",
+        ),
+        (
+            '{scalerAddress: a, targetValue: "70", aggregation: mean, windw: "5"}',
+            'policies[0].scaledObject.spec.triggers[0].metadata: parameter "windw" is not known (did you mean '
+            '"window"?); known parameters are [activationValue, aggregation, maxMissingPercent, metric, model, namespace, nodeSelector, '
+            "podSelector, profile, scope, share, staleAfter, targetValue, window]\n"
+            'policies[0].scaledObject.spec.triggers[0].metadata: parameter "aggregation" value "mean" must be '
+            "one of [avg, max, min, p50, p90, p95, p99, sum]",
         ),
     ],
 )
@@ -248,7 +275,7 @@ def test_profile_problems(metadata: str, expected: str) -> None:
     text = HEAD + _gpuscale_policy(metadata)
     with pytest.raises(ScenarioError) as info:
         parse_scenario(text, profiles=_profiles())
-    assert info.value.problems == (expected,)
+    assert info.value.problems == tuple(expected.split("\n"))
 
 
 @pytest.mark.parametrize("example", ["external.yaml", "external-push.yaml", "external-tls.yaml"])
@@ -256,8 +283,14 @@ def test_the_shipped_scaledobjects_simulate_as_they_are(example: str, tmp_path: 
     """What `gpuscale render` writes (deploy/examples) runs in the simulator unchanged, through the CLI."""
     import yaml
 
-    docs = [d for d in yaml.safe_load_all((EXAMPLES / example).read_text()) if d and d["kind"] == "ScaledObject"]
-    policy = {"name": "shipped", "pipeline": {"gpuscale": {"samplingIntervalSeconds": 1}}, "scaledObject": docs[0]}
+    docs = [
+        d for d in yaml.safe_load_all((EXAMPLES / example).read_text()) if d and d["kind"] == "ScaledObject"
+    ]
+    policy = {
+        "name": "shipped",
+        "pipeline": {"gpuscale": {"samplingIntervalSeconds": 1}},
+        "scaledObject": docs[0],
+    }
     scenario = yaml.safe_load(HEAD + "  []\n") | {"policies": [policy]}
     path = tmp_path / "scenario.yaml"
     path.write_text(yaml.safe_dump(scenario))

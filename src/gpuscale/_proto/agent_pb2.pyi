@@ -97,6 +97,9 @@ class NodeUpdate(_message.Message):
     PODS_CHANGED_FIELD_NUMBER: _builtins.int
     NODE_LABELS_FIELD_NUMBER: _builtins.int
     NODE_LABELS_CHANGED_FIELD_NUMBER: _builtins.int
+    COMPLETE_FIELD_NUMBER: _builtins.int
+    ENGINES_FIELD_NUMBER: _builtins.int
+    ENGINES_SUPPORTED_FIELD_NUMBER: _builtins.int
     kind: Global___NodeUpdate.Kind.ValueType
     node_name: _builtins.str
     agent_id: _builtins.str
@@ -108,6 +111,17 @@ class NodeUpdate(_message.Message):
     interval_seconds: _builtins.float
     pods_changed: _builtins.bool
     node_labels_changed: _builtins.bool
+    complete: _builtins.bool
+    """Whether the agent's view of its node is complete: its pod list synced with the Kubernetes API and its
+    first read of the kubelet's device assignments done. False in the first messages of a just-started
+    agent (longer while the API server is slow or failing pod lists): the pods and attributions sent are
+    not yet the node's, and a client keeps what it knew of them until a message says true, with the pods.
+    Absent from older agents: complete.
+    """
+    engines_supported: _builtins.bool
+    """Set by agents that read engines: a client seeing it unset treats every pod of this node as having no
+    engine data (an older agent), and says which agent to upgrade.
+    """
     @_builtins.property
     def gpus(self) -> _containers.RepeatedCompositeFieldContainer[Global___GpuState]:
         """SNAPSHOT: every GPU. UPDATE: the GPUs with new samples or a changed state."""
@@ -121,6 +135,13 @@ class NodeUpdate(_message.Message):
         """The node's labels, from the Kubernetes API (for the scaler's `pool` scope). Present (and complete) in a
         SNAPSHOT and in an UPDATE when node_labels_changed is set; empty while the agent cannot read its Node
         (no API access yet), and the scaler then knows only kubernetes.io/hostname=<node_name>.
+        """
+
+    @_builtins.property
+    def engines(self) -> _containers.RepeatedCompositeFieldContainer[Global___EngineState]:
+        """The inference engines of this node's GPU pods (agent.engines): SNAPSHOT: every pod's recent readings;
+        UPDATE: the pods with new readings or a new failure. A pod that is no longer listed here is dropped by
+        a SNAPSHOT only.
         """
 
     def __init__(
@@ -137,14 +158,179 @@ class NodeUpdate(_message.Message):
         pods_changed: _builtins.bool = ...,
         node_labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         node_labels_changed: _builtins.bool = ...,
+        complete: _builtins.bool | None = ...,
+        engines: _abc.Iterable[Global___EngineState] | None = ...,
+        engines_supported: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_complete", b"_complete", "complete", b"complete"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_complete", b"_complete", "agent_id", b"agent_id", "complete", b"complete", "engines", b"engines", "engines_supported", b"engines_supported", "gpus", b"gpus", "interval_seconds", b"interval_seconds", "kind", b"kind", "node_labels", b"node_labels", "node_labels_changed", b"node_labels_changed", "node_name", b"node_name", "pods", b"pods", "pods_changed", b"pods_changed", "sent_at", b"sent_at", "sequence", b"sequence"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__complete: _TypeAlias = _typing.Literal["complete"]  # noqa: Y015
+    _WhichOneofArgType__complete: _TypeAlias = _typing.Literal["_complete", b"_complete"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__complete) -> _WhichOneofReturnType__complete | None: ...
+
+Global___NodeUpdate: _TypeAlias = NodeUpdate  # noqa: Y015
+
+@_typing.final
+class EngineState(_message.Message):
+    """One GPU pod's inference engine."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    POD_FIELD_NUMBER: _builtins.int
+    READINGS_FIELD_NUMBER: _builtins.int
+    MISSING_REASON_FIELD_NUMBER: _builtins.int
+    MISSING_DETAIL_FIELD_NUMBER: _builtins.int
+    MISSING_AT_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    pod: _builtins.str
+    missing_reason: _builtins.str
+    """The newest scrape failed (or found no endpoint): why, and when. Empty when the newest scrape worked."""
+    missing_detail: _builtins.str
+    missing_at: _builtins.float
+    @_builtins.property
+    def readings(self) -> _containers.RepeatedCompositeFieldContainer[Global___EngineReading]:
+        """oldest first"""
+
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        pod: _builtins.str = ...,
+        readings: _abc.Iterable[Global___EngineReading] | None = ...,
+        missing_reason: _builtins.str = ...,
+        missing_detail: _builtins.str = ...,
+        missing_at: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "gpus", b"gpus", "interval_seconds", b"interval_seconds", "kind", b"kind", "node_labels", b"node_labels", "node_labels_changed", b"node_labels_changed", "node_name", b"node_name", "pods", b"pods", "pods_changed", b"pods_changed", "sent_at", b"sent_at", "sequence", b"sequence"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["missing_at", b"missing_at", "missing_detail", b"missing_detail", "missing_reason", b"missing_reason", "namespace", b"namespace", "pod", b"pod", "readings", b"readings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___NodeUpdate: _TypeAlias = NodeUpdate  # noqa: Y015
+Global___EngineState: _TypeAlias = EngineState  # noqa: Y015
+
+@_typing.final
+class EngineReading(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TIMESTAMP_FIELD_NUMBER: _builtins.int
+    ENGINE_FIELD_NUMBER: _builtins.int
+    MODELS_FIELD_NUMBER: _builtins.int
+    timestamp: _builtins.float
+    """Unix seconds"""
+    engine: _builtins.str
+    """vllm | sglang | tgi | triton"""
+    @_builtins.property
+    def models(self) -> _containers.RepeatedCompositeFieldContainer[Global___EngineModel]: ...
+    def __init__(
+        self,
+        *,
+        timestamp: _builtins.float = ...,
+        engine: _builtins.str = ...,
+        models: _abc.Iterable[Global___EngineModel] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["engine", b"engine", "models", b"models", "timestamp", b"timestamp"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EngineReading: _TypeAlias = EngineReading  # noqa: Y015
+
+@_typing.final
+class EngineModel(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    WAITING_FIELD_NUMBER: _builtins.int
+    RUNNING_FIELD_NUMBER: _builtins.int
+    KV_CACHE_USAGE_FIELD_NUMBER: _builtins.int
+    TTFT_FIELD_NUMBER: _builtins.int
+    ITL_FIELD_NUMBER: _builtins.int
+    PROMPT_TOKENS_FIELD_NUMBER: _builtins.int
+    GENERATION_TOKENS_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    waiting: _builtins.float
+    running: _builtins.float
+    kv_cache_usage: _builtins.float
+    """percent 0-100"""
+    prompt_tokens: _builtins.float
+    generation_tokens: _builtins.float
+    @_builtins.property
+    def ttft(self) -> Global___Histogram:
+        """seconds"""
+
+    @_builtins.property
+    def itl(self) -> Global___Histogram:
+        """seconds"""
+
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        waiting: _builtins.float | None = ...,
+        running: _builtins.float | None = ...,
+        kv_cache_usage: _builtins.float | None = ...,
+        ttft: Global___Histogram | None = ...,
+        itl: Global___Histogram | None = ...,
+        prompt_tokens: _builtins.float | None = ...,
+        generation_tokens: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_generation_tokens", b"_generation_tokens", "_kv_cache_usage", b"_kv_cache_usage", "_prompt_tokens", b"_prompt_tokens", "_running", b"_running", "_waiting", b"_waiting", "generation_tokens", b"generation_tokens", "itl", b"itl", "kv_cache_usage", b"kv_cache_usage", "prompt_tokens", b"prompt_tokens", "running", b"running", "ttft", b"ttft", "waiting", b"waiting"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_generation_tokens", b"_generation_tokens", "_kv_cache_usage", b"_kv_cache_usage", "_prompt_tokens", b"_prompt_tokens", "_running", b"_running", "_waiting", b"_waiting", "generation_tokens", b"generation_tokens", "itl", b"itl", "kv_cache_usage", b"kv_cache_usage", "model", b"model", "prompt_tokens", b"prompt_tokens", "running", b"running", "ttft", b"ttft", "waiting", b"waiting"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__generation_tokens: _TypeAlias = _typing.Literal["generation_tokens"]  # noqa: Y015
+    _WhichOneofArgType__generation_tokens: _TypeAlias = _typing.Literal["_generation_tokens", b"_generation_tokens"]  # noqa: Y015
+    _WhichOneofReturnType__kv_cache_usage: _TypeAlias = _typing.Literal["kv_cache_usage"]  # noqa: Y015
+    _WhichOneofArgType__kv_cache_usage: _TypeAlias = _typing.Literal["_kv_cache_usage", b"_kv_cache_usage"]  # noqa: Y015
+    _WhichOneofReturnType__prompt_tokens: _TypeAlias = _typing.Literal["prompt_tokens"]  # noqa: Y015
+    _WhichOneofArgType__prompt_tokens: _TypeAlias = _typing.Literal["_prompt_tokens", b"_prompt_tokens"]  # noqa: Y015
+    _WhichOneofReturnType__running: _TypeAlias = _typing.Literal["running"]  # noqa: Y015
+    _WhichOneofArgType__running: _TypeAlias = _typing.Literal["_running", b"_running"]  # noqa: Y015
+    _WhichOneofReturnType__waiting: _TypeAlias = _typing.Literal["waiting"]  # noqa: Y015
+    _WhichOneofArgType__waiting: _TypeAlias = _typing.Literal["_waiting", b"_waiting"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__generation_tokens) -> _WhichOneofReturnType__generation_tokens | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__kv_cache_usage) -> _WhichOneofReturnType__kv_cache_usage | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__prompt_tokens) -> _WhichOneofReturnType__prompt_tokens | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__running) -> _WhichOneofReturnType__running | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__waiting) -> _WhichOneofReturnType__waiting | None: ...
+
+Global___EngineModel: _TypeAlias = EngineModel  # noqa: Y015
+
+@_typing.final
+class Histogram(_message.Message):
+    """Cumulative counts of observations at most each upper bound (the last +Inf); absent: not exposed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BOUNDS_FIELD_NUMBER: _builtins.int
+    COUNTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def bounds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    @_builtins.property
+    def counts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    def __init__(
+        self,
+        *,
+        bounds: _abc.Iterable[_builtins.float] | None = ...,
+        counts: _abc.Iterable[_builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bounds", b"bounds", "counts", b"counts"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Histogram: _TypeAlias = Histogram  # noqa: Y015
 
 @_typing.final
 class Device(_message.Message):

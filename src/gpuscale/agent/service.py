@@ -11,25 +11,23 @@ import re
 import time
 import uuid as uuidlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import grpc
 import grpc.aio
 from aiohttp import web
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
 from .._proto import agent_pb2, agent_pb2_grpc
 from ..backends.base import Backend
 from ..backends.errors import BackendError
-from ..httpserve import make_app, serve_app
+from ..grpcserve import serve_grpc
+from ..httpserve import add_self_metrics, make_app, serve_app
 from ..kube.errors import KubeError
 from ..kube.podresources import PodResourcesClient
 from ..lifecycle import cancel_tasks, within
-from ..model import Assignment, ContainerRef, PodInfo
-from ..netaddr import join_host_port, split_address
-from ..tls import SERVER_OPTIONS, add_server_port
+from ..model import Assignment, ContainerRef, EngineMissing, PodInfo
+from ..netaddr import split_address
 from .attribution import attribute
 from .exporter import AgentMetrics, GpuCollector
 from .owners import OwnerResolver
@@ -39,6 +37,9 @@ from .state import NodeState
 from .watch import WatchService
 
 __all__ = ["Agent", "DraDeviceSource", "NodeLabelSource", "PodSource"]
+
+if TYPE_CHECKING:
+    from .engines.collector import EngineCollector
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,10 @@ class PodSource(Protocol):
 
     def container(self, container_id: str) -> ContainerRef | None: ...
 
+    @property
+    def synced(self) -> asyncio.Event:
+        """Set once the first complete pod list is in."""
+
     async def run(self) -> None: ...
 
 
@@ -101,11 +106,13 @@ class Agent:
         self.settings = settings
         self.agent_id = uuidlib.uuid4().hex[:12]
         self.registry = CollectorRegistry()
+        add_self_metrics(self.registry, "agent")
         self.metrics = AgentMetrics(self.registry)
         self.state = NodeState(settings.node_name, settings.history_length)
         self.sampler = Sampler(backend, read_timeout=settings.read_timeout, clock=clock)
         self.pods = pods
         self._pods_seen = -1
+        self._attributed_once = True  # start() says otherwise while the kubelet is unread
         self.node = node
         self._node_seen = -1
         self.dra = dra
@@ -134,6 +141,7 @@ class Agent:
         self._rediscover_tried: set[str] = set()  # ids a listing was made for: not again for them
         self._rediscovered_at = -math.inf
         self.extra_services: list[Callable[[grpc.aio.Server], None]] = []
+        self.engines: EngineCollector | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -154,12 +162,17 @@ class Agent:
                 len(self.state.devices),
                 self.sampler.backend.name,
             )
+        # Until the pod list is synced and the kubelet read once, the Watch stream says its view is
+        # incomplete: a scaler then keeps what it knew of this node's pods (an agent restart changes nothing)
+        self._attributed_once = not os.path.exists(s.kubelet_socket)
+        self.state.set_complete(self._clock(), self._view_complete())
         await self._start_grpc()
         await self._start_http()
         self._tasks.append(asyncio.create_task(self._loop("sampling", self._sample_forever)))
         self._tasks.append(asyncio.create_task(self._loop("attribution", self._attribute_forever)))
         if self.pods is not None:
             self._tasks.append(asyncio.create_task(self._loop("pod watch", self.pods.run)))
+            self._tasks.append(asyncio.create_task(self._loop("engine scrape", self._engines_forever)))
         if self.node is not None:
             self._tasks.append(asyncio.create_task(self._loop("node watch", self.node.run)))
         if self.dra is not None:
@@ -169,6 +182,8 @@ class Agent:
         """Stop everything; each step bounded (``gpuscale.lifecycle``), so a stop never hangs."""
         await cancel_tasks(self._tasks)
         self._tasks.clear()
+        if self.engines is not None:
+            await within(self.engines.close(), 3.0, "the engine scrapes")
         if self._grpc is not None:
             await within(self._grpc.stop(grace=0.5), 3.0, "the agent's gRPC server")
         if self._http is not None:
@@ -178,34 +193,21 @@ class Agent:
         self.sampler.close()
 
     async def _start_grpc(self) -> None:
-        server = grpc.aio.server(options=SERVER_OPTIONS)
-        agent_pb2_grpc.add_AgentServicer_to_server(
-            WatchService(
-                self.state,
-                agent_id=self.agent_id,
-                interval=self.settings.interval,
-                history_seconds=self.settings.history_seconds,
-                metrics=self.metrics,
-                clock=self._clock,
-            ),
-            server,
+        watch = WatchService(
+            self.state,
+            agent_id=self.agent_id,
+            interval=self.settings.interval,
+            history_seconds=self.settings.history_seconds,
+            metrics=self.metrics,
+            clock=self._clock,
         )
-        health_servicer = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        for add in self.extra_services:
-            add(server)
-        names = [
-            agent_pb2.DESCRIPTOR.services_by_name["Agent"].full_name,
-            health.SERVICE_NAME,
-            reflection.SERVICE_NAME,
-        ]
-        reflection.enable_server_reflection(names, server)
-        address = join_host_port(*split_address(self.settings.grpc_address))
-        self.grpc_port = add_server_port(server, address, self.settings.tls)
-        await server.start()
-        await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-        await health_servicer.set(names[0], health_pb2.HealthCheckResponse.SERVING)
-        self._grpc = server
+        name = agent_pb2.DESCRIPTOR.services_by_name["Agent"].full_name
+        self._grpc, self.grpc_port = await serve_grpc(
+            self.settings.grpc_address,
+            [(name, lambda server: agent_pb2_grpc.add_AgentServicer_to_server(watch, server))],
+            tls=self.settings.tls,
+            extra=self.extra_services,
+        )
 
     async def _start_http(self) -> None:
         app = make_app(self.registry, healthy=self._health_problem, ready=self._ready_problem)
@@ -251,6 +253,30 @@ class Agent:
                 self._open_problem = None
                 log.info("GPU backend %s opened: %d GPUs", self.sampler.backend.name, len(self.state.devices))
 
+    async def _engines_forever(self) -> None:
+        """Once per sampling interval, read the inference engine of each GPU pod of this node that serves
+        one (``agent.engines``): only pods the kubelet assigned one of this node's GPUs to are scraped."""
+        from .engines.collector import EngineCollector
+        from .engines.discovery import pods_holding_gpus
+        from .engines.scrape import ScrapeSettings
+
+        interval = self.settings.interval
+        if self.engines is None:
+            self.engines = EngineCollector(
+                ScrapeSettings.for_interval(interval),
+                self.registry,
+                history_length=self.settings.history_length,
+                clock=self._clock,
+            )
+        while True:
+            started = time.monotonic()
+            holders = pods_holding_gpus(self.state.assignments)
+            results = await self.engines.scrape_round(self.state.pods, holders)
+            history = {key: self.engines.history(key) for key in results}
+            missing = {key: r for key, r in results.items() if isinstance(r, EngineMissing)}
+            self.state.set_engines(self._clock(), history, missing)
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
+
     async def _sample_forever(self) -> None:
         await self._open_backend()
         interval = self.settings.interval
@@ -289,6 +315,8 @@ class Agent:
         if self.pods is not None and self.pods.version != self._pods_seen:
             self._pods_seen = self.pods.version
             self.state.set_pods(self._clock(), self.pods.snapshot())
+        if not self.state.complete:
+            self.state.set_complete(self._clock(), self._view_complete())
         if self.node is not None and self.node.version != self._node_seen:
             self._node_seen = self.node.version
             self.state.set_node_labels(self._clock(), self.node.labels)
@@ -355,6 +383,11 @@ class Agent:
                 )
             await asyncio.sleep(s.attribution_interval)
 
+    def _view_complete(self) -> bool:
+        """The pod list synced (or none is watched) and the kubelet read once (or there is none)."""
+        pods_synced = self.pods is None or self.pods.synced.is_set()
+        return pods_synced and self._attributed_once
+
     async def _refresh_attribution(self) -> None:
         if self._kubelet is None:
             self._kubelet = PodResourcesClient(
@@ -394,6 +427,7 @@ class Agent:
                 why,
             )
         self._undescribed_said = set(undescribed)
+        self._attributed_once = True
         if self.state.set_assignments(self._clock(), dict(result.by_device)):
             log.info(
                 "GPU attribution changed: %d of %d GPUs held by pods",

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..backends.errors import DeviceError
-from ..model import Assignment, ContainerRef, DeviceInfo, GpuSample, PodInfo
+from ..model import Assignment, ContainerRef, DeviceInfo, EngineMissing, EngineSample, GpuSample, PodInfo
 
 __all__ = ["GpuView", "NodeSnapshot", "NodeState"]
 
@@ -56,6 +56,14 @@ class NodeState:
         self.pods_version = 0
         self.node_labels: dict[str, str] = {}  # from the Node object; empty while unknown
         self.node_labels_version = 0
+        # False until the pod list is synced and the kubelet's assignments read once (``set_complete``):
+        # what the Watch stream sends before that is not the node's whole view, and it says so
+        self.complete = True
+        # each GPU pod's inference engine (agent.engines): its recent readings, and why its newest scrape
+        # failed (when it did); replaced after every engine round
+        self.engine_history: dict[tuple[str, str], Sequence[EngineSample]] = {}
+        self.engine_missing: dict[tuple[str, str], EngineMissing] = {}
+        self.engines_version = 0
         self.snapshot = NodeSnapshot(node_name, (), {}, 0.0, 0)
         self._changed = asyncio.Condition()
 
@@ -102,6 +110,28 @@ class NodeState:
         self.pods_version += 1
         self._publish(now)
         return True
+
+    def set_complete(self, now: float, complete: bool) -> None:
+        """Whether the pods and attributions held are the node's whole view. Turning complete re-sends the
+        pods (``pods_version``), so a Watch client gets them with the message that says so."""
+        if complete == self.complete:
+            return
+        self.complete = complete
+        if complete:
+            self.pods_version += 1
+        self._publish(now)
+
+    def set_engines(
+        self,
+        now: float,
+        history: Mapping[tuple[str, str], Sequence[EngineSample]],
+        missing: Mapping[tuple[str, str], EngineMissing],
+    ) -> None:
+        """After an engine round: every scraped pod's readings and the pods whose newest scrape failed."""
+        self.engine_history = dict(history)
+        self.engine_missing = dict(missing)
+        self.engines_version += 1
+        self._publish(now)
 
     def set_node_labels(self, now: float, labels: Mapping[str, str]) -> bool:
         if dict(labels) == self.node_labels:

@@ -15,7 +15,7 @@ import grpc
 
 from .._proto import agent_pb2, agent_pb2_grpc
 from ..backends.errors import DeviceError
-from ..convert import assignment_to_pb, device_to_pb, pods_to_pb, sample_to_pb
+from ..convert import assignment_to_pb, device_to_pb, engine_reading_to_pb, pods_to_pb, sample_to_pb
 from ..model import Assignment, DeviceInfo
 from .exporter import AgentMetrics
 from .state import NodeState
@@ -67,6 +67,30 @@ class WatchService(agent_pb2_grpc.AgentServicer):
             self._metrics.watch_streams.dec()
             log.info("Watch stream of %s closed", peer)
 
+    @staticmethod
+    def _engines(
+        msg: agent_pb2.NodeUpdate,
+        state: NodeState,
+        snapshot: bool,
+        sent_ts: dict[tuple[str, str], float],
+        sent_missing: dict[tuple[str, str], float],
+    ) -> None:
+        """The engine readings and failures this stream has not sent yet (a snapshot: all it has)."""
+        for key in sorted(state.engine_history.keys() | state.engine_missing.keys()):
+            after = sent_ts.get(key, -1.0)
+            new = [r for r in state.engine_history.get(key, ()) if r.timestamp > after]
+            gone = state.engine_missing.get(key)
+            failed = gone is not None and sent_missing.get(key) != gone.timestamp
+            if not (snapshot or new or failed):
+                continue
+            e = msg.engines.add(namespace=key[0], pod=key[1])
+            e.readings.extend(engine_reading_to_pb(r) for r in new)
+            if new:
+                sent_ts[key] = new[-1].timestamp
+            if gone is not None:
+                e.missing_reason, e.missing_detail, e.missing_at = gone.reason, gone.detail, gone.timestamp
+                sent_missing[key] = gone.timestamp
+
     async def _stream(self, history: float) -> AsyncIterator[agent_pb2.NodeUpdate]:
         state = self._state
         seq = 0
@@ -75,6 +99,9 @@ class WatchService(agent_pb2_grpc.AgentServicer):
         pods_version = -1
         labels_version = -1
         sent_ts: dict[str, float] = {}
+        engines_version = -1
+        engine_ts: dict[tuple[str, str], float] = {}
+        engine_missing: dict[tuple[str, str], float] = {}
         sent_state: dict[str, tuple[DeviceError | None, tuple[Assignment, ...]]] = {}
         while True:
             if version >= 0:
@@ -90,6 +117,7 @@ class WatchService(agent_pb2_grpc.AgentServicer):
                 cutoff = self._clock() - history
                 sent_ts = {d.uuid: cutoff for d in devices}
                 sent_state = {}
+                engine_ts, engine_missing, engines_version = {}, {}, -1
             else:
                 msg = self._message(agent_pb2.NodeUpdate.UPDATE, seq)
             if changed:
@@ -112,6 +140,11 @@ class WatchService(agent_pb2_grpc.AgentServicer):
                     msg.pods_changed = not snapshot
                     msg.pods.extend(pods_to_pb(state.pods.values()))
                     pods_version = state.pods_version
+                msg.complete = state.complete
+                msg.engines_supported = True
+                if state.engines_version != engines_version:
+                    engines_version = state.engines_version
+                    self._engines(msg, state, snapshot, engine_ts, engine_missing)
                 if snapshot or state.node_labels_version != labels_version:
                     msg.node_labels_changed = not snapshot
                     msg.node_labels.update(state.node_labels)

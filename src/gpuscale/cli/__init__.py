@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from .. import __version__
 from ..backends.errors import BackendUnavailable
 from ..errors import UsageError
+from ..logs import LOG_FORMATS, configure_logging
 
 __all__ = ["main"]
 
@@ -23,7 +24,7 @@ def command_in(argv: Sequence[str]) -> str | None:
     registered, for the help and the error)."""
     args = iter(argv)
     for arg in args:
-        if arg == "--log-level":
+        if arg in ("--log-level", "--log-format"):
             next(args, None)
         elif not arg.startswith("-"):
             return arg if arg in COMMANDS else None
@@ -39,6 +40,12 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"gpuscale {__version__}")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--log-format",
+        default=os.environ.get("GPUSCALE_LOG_FORMAT", "text"),
+        help="text (default) or json: one JSON object per line (time, level, logger, message); "
+        "GPUSCALE_LOG_FORMAT",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     wanted = command_in(argv) if argv is not None else None
     for name in COMMANDS if wanted is None else (wanted,):
@@ -51,10 +58,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    if args.log_format not in LOG_FORMATS:
+        print(
+            f'gpuscale: error: --log-format "{args.log_format}" must be one of {", ".join(LOG_FORMATS)}',
+            file=sys.stderr,
+        )
+        return 2
+    configure_logging(args.log_level, args.log_format)
     try:
         code: int = args.func(args)
     except (UsageError, BackendUnavailable) as e:

@@ -6,7 +6,9 @@ Every option also reads a ``GPUSCALE_*`` environment variable (flags win), read 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,7 +20,7 @@ from ..lifecycle import EVENT_LOOPS, event_loop_factory
 from ..tls import TlsFiles
 
 if TYPE_CHECKING:
-    from ..scaler.profiles import ProfileSet
+    from ..scaling.profiles import ProfileSet
 
 __all__ = [
     "add_backend_arguments",
@@ -27,7 +29,10 @@ __all__ = [
     "backend_from_args",
     "check_server_arguments",
     "env",
+    "env_flag",
     "existing_file",
+    "kubeconfig_errors",
+    "kubeconfig_from_args",
     "mock_config_from_args",
     "positive_seconds",
     "profiles_from_option",
@@ -38,6 +43,30 @@ __all__ = [
 def env(name: str, default: str | None = None) -> str | None:
     """The value of ``GPUSCALE_<NAME>``, or ``default``."""
     return os.environ.get(f"GPUSCALE_{name}", default)
+
+
+_TRUE = ("1", "true", "yes", "on", "y", "t")
+_FALSE = ("0", "false", "no", "off", "n", "f")
+
+
+def env_flag(name: str, given: bool | None, default: bool = False) -> bool:
+    """An on/off flag: ``given`` when the flag was on the command line (``store_true`` with default
+    ``None``), else ``GPUSCALE_<NAME>`` read as a boolean (true/false, 1/0, yes/no, on/off, any case; empty:
+    ``default``). Any other value is a ``UsageError`` naming the variable, never a silent off."""
+    if given is not None:
+        return given
+    text = env(name, "") or ""
+    value = text.strip().lower()
+    if not value:
+        return default
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise UsageError(
+        f'GPUSCALE_{name} "{text}" must be true or false (also 1/0, yes/no, on/off; empty: '
+        f"{'true' if default else 'false'})"
+    )
 
 
 def _int(text: str | None, flag: str) -> int:
@@ -62,8 +91,8 @@ def profiles_from_option(path: str | None) -> ProfileSet | None:
     a ``UsageError`` naming every problem. The scaler's modules are imported only here."""
     if path is None:
         return None
-    from ..scaler.errors import ProfileError
-    from ..scaler.profiles import load_profiles
+    from ..scaler.profiles_file import load_profiles
+    from ..scaling.errors import ProfileError
 
     try:
         return load_profiles(path)
@@ -76,6 +105,26 @@ def existing_file(text: str, flag: str) -> Path:
     if not path.is_file():
         raise UsageError(f'{flag} "{text}" is not a readable file')
     return path
+
+
+def kubeconfig_from_args(args: argparse.Namespace) -> str | None:
+    """``--kubeconfig`` (``GPUSCALE_KUBECONFIG_PATH``): a file that exists, or ``None`` when not given (or
+    empty). Checked before anything starts, so a wrong path is one line, not a failed start."""
+    if not args.kubeconfig:
+        return None
+    return str(existing_file(args.kubeconfig, "--kubeconfig"))
+
+
+@contextlib.contextmanager
+def kubeconfig_errors(kubeconfig: str | None) -> Iterator[None]:
+    """A kubeconfig that cannot be loaded (not YAML, no current context) or an in-cluster service account
+    that is missing becomes a ``UsageError``: one line naming the flag, exit 2."""
+    from ..kube.errors import KubeConfigError
+
+    try:
+        yield
+    except KubeConfigError as e:
+        raise UsageError(f"--kubeconfig: {e}" if kubeconfig else str(e)) from None
 
 
 def add_server_arguments(

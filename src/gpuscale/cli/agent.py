@@ -23,6 +23,9 @@ from ._options import (
     backend_from_args,
     check_server_arguments,
     env,
+    env_flag,
+    kubeconfig_errors,
+    kubeconfig_from_args,
     positive_seconds,
     server_tls_from_args,
 )
@@ -89,9 +92,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--serve-external-scaler",
         action="store_true",
-        default=env("SERVE_EXTERNAL_SCALER", "") in ("1", "true"),
+        default=None,
         help="also answer KEDA's externalscaler calls for this node's GPUs (trigger scope: node) on the "
-        "gRPC port",
+        "gRPC port (GPUSCALE_SERVE_EXTERNAL_SCALER: true/false, 1/0, yes/no, on/off)",
     )
     add_server_tls_arguments(p, "TLS (between the scaler, or KEDA, and the agent)", "clients (the scaler)")
     p.set_defaults(func=run)
@@ -99,7 +102,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def settings_from_args(args: argparse.Namespace) -> AgentSettings:
     check_server_arguments(args)
-    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and args.kubeconfig is None
+    kubeconfig = kubeconfig_from_args(args)
+    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and kubeconfig is None
     return AgentSettings(
         node_name=args.node_name,
         interval=positive_seconds(args.interval, "--interval"),
@@ -107,13 +111,13 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         metrics_address=args.metrics_address,
         kubelet_socket=Path(args.kubelet_socket),
         hostname_label=args.hostname_label,
-        kubeconfig=args.kubeconfig,
+        kubeconfig=kubeconfig,
         in_cluster=in_cluster,
         history_seconds=positive_seconds(args.history, "--history"),
         attribution_interval=positive_seconds(args.attribution_interval, "--attribution-interval"),
         proc_root=Path(args.proc_root),
         extra_resource_names=tuple(n.strip() for n in args.extra_resource_names.split(",") if n.strip()),
-        serve_external_scaler=args.serve_external_scaler,
+        serve_external_scaler=env_flag("SERVE_EXTERNAL_SCALER", args.serve_external_scaler),
         tls=server_tls_from_args(args),
     )
 
@@ -130,7 +134,8 @@ async def kube_sources(
     from ..kube.pods import NodePodWatcher, api_client_from
     from ..kube.resourceslices import NodeResourceSliceWatcher
 
-    api = await api_client_from(settings.kubeconfig, settings.in_cluster)
+    with kubeconfig_errors(settings.kubeconfig):
+        api = await api_client_from(settings.kubeconfig, settings.in_cluster)
     node = settings.node_name
     pods = NodePodWatcher(api, node, extra_resource_names=settings.extra_resource_names)
     return pods, NodeLabelWatcher(api, node), NodeResourceSliceWatcher(api, node)

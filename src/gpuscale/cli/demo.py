@@ -11,7 +11,7 @@ from pathlib import Path
 from .. import plotting
 from ..demo import PATTERNS, DemoError, DemoSettings, run_demo
 from ..errors import UsageError
-from ..scaler.profiles import BUILTIN_PROFILES
+from ..scaling.profiles import BUILTIN_PROFILES
 
 __all__ = ["register"]
 
@@ -63,6 +63,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=run)
 
 
+def writable_directory(out: Path, flag: str) -> Path:
+    """``out`` as a directory this process can write (created with its ``logs``), checked before anything
+    starts: a file or an unwritable path is a ``UsageError`` naming the flag, as ``simulate`` says it."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f'{flag} "{out}": cannot write there: it is a file, not a directory')
+    try:
+        (out / "logs").mkdir(parents=True, exist_ok=True)
+        probe = out / ".gpuscale-write-check"
+        probe.touch()
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(f'{flag} "{out}": cannot write there: {e.strerror or e}') from None
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     if not args.duration >= 15:
         raise UsageError(f'--duration "{args.duration:g}" must be at least 15 seconds')
@@ -72,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     if live:  # log lines would tear the live view; warnings still show
         logging.getLogger().setLevel(max(logging.WARNING, logging.getLogger().level))
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    out = Path(args.out)
+    out = writable_directory(Path(args.out), "--out")
     settings = DemoSettings(
         out_dir=out, duration=args.duration, pattern=args.pattern, profile=args.profile, live=live
     )

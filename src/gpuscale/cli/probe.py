@@ -6,12 +6,17 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import os
+import signal
+import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from ..backends import Backend, DeviceError
+from ..errors import UsageError
 from ..model import DeviceInfo, GpuSample
-from ._options import add_backend_arguments, backend_from_args
+from ._options import add_backend_arguments, backend_from_args, positive_seconds
 
 __all__ = ["gpu_record", "register"]
 
@@ -26,7 +31,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add_backend_arguments(p)
     p.add_argument("--json", action="store_true", help="print one JSON object with a `gpus` list")
-    p.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until Ctrl-C")
+    p.add_argument(
+        "--watch",
+        metavar="SECONDS",
+        help="read again every SECONDS (at least 0.1) until Ctrl-C or SIGTERM: a live table on a terminal, "
+        "else one plain-text table per interval (with --json: one JSON object per line)",
+    )
     p.set_defaults(func=run)
 
 
@@ -69,11 +79,15 @@ def _fmt(value: float | None, spec: str, unit: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{unit}"
 
 
-def _table(backend_name: str, records: list[dict[str, Any]]) -> Any:
+def _table(backend_name: str, records: list[dict[str, Any]], *, plain: bool = False) -> Any:
+    """The table of ``records``; ``plain``: ASCII rules, for a pipe or a file."""
+    from rich import box
     from rich.table import Table
 
     table = Table(
-        title=f"gpuscale probe — backend {backend_name} — {time.strftime('%H:%M:%S')}", title_justify="left"
+        title=f"gpuscale probe — backend {backend_name} — {time.strftime('%H:%M:%S')}",
+        title_justify="left",
+        box=box.ASCII if plain else box.HEAVY_HEAD,
     )
     for col, justify in [
         ("GPU", "right"),
@@ -116,9 +130,10 @@ def _table(backend_name: str, records: list[dict[str, Any]]) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    interval = None if args.watch is None else watch_interval(args.watch)
     backend = backend_from_args(args)
     try:
-        if args.watch is None:
+        if interval is None:
             records = _read_all(backend, prime=backend.name != "mock")
             if args.json:
                 print(json.dumps({"backend": backend.name, "gpus": records}, indent=2))
@@ -127,20 +142,57 @@ def run(args: argparse.Namespace) -> int:
 
                 Console().print(_table(backend.name, records))
             return 0
-        return _watch(backend, args)
+        with _sigterm_stops():
+            _watch(backend, interval, json_lines=args.json)
+        return 0
     finally:
         backend.close()
 
 
-def _watch(backend: Backend, args: argparse.Namespace) -> int:
-    interval = max(0.1, float(args.watch))
-    if args.json:
-        while True:  # one JSON object per line, for piping
+def watch_interval(text: str) -> float:
+    seconds = positive_seconds(text, "--watch")
+    if seconds < 0.1:
+        raise UsageError(f'--watch "{text}" must be at least 0.1 seconds')
+    return seconds
+
+
+class _Stopped(Exception):
+    """SIGTERM during ``--watch``: stop after the frames already printed."""
+
+
+@contextlib.contextmanager
+def _sigterm_stops() -> Iterator[None]:
+    def stop(signum: int, frame: object) -> None:
+        raise _Stopped
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    except _Stopped:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _watch(backend: Backend, interval: float, *, json_lines: bool) -> None:
+    """Every ``interval`` seconds, one frame, each flushed as soon as it is read: a JSON line, a plain-text
+    table when stdout is a pipe or a file, the live table on a terminal. Runs until interrupted."""
+    if json_lines:
+        while True:
             print(json.dumps({"backend": backend.name, "gpus": _read_all(backend)}), flush=True)
+            time.sleep(interval)
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:  # no terminal to fit: as wide as a row needs, unless $COLUMNS says
+        plain = Console(width=None if "COLUMNS" in os.environ else 200, no_color=True, highlight=False)
+        while True:
+            plain.print(_table(backend.name, _read_all(backend), plain=True))
+            sys.stdout.flush()
             time.sleep(interval)
     from rich.live import Live
 
-    with Live(_table(backend.name, _read_all(backend)), auto_refresh=False) as live:
+    with Live(_table(backend.name, _read_all(backend)), console=console, auto_refresh=False) as live:
         while True:
             time.sleep(interval)
             live.update(_table(backend.name, _read_all(backend)), refresh=True)

@@ -9,21 +9,30 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 
 from .._proto import externalscaler_pb2 as pb
 from .._proto import externalscaler_pb2_grpc as pb_grpc
 from ..errors import UsageError
-from ..netaddr import parse_host_port
+from ..netaddr import join_host_port, parse_host_port
 from ..scaler.wire import scaled_object_ref
+from ._options import positive_seconds
 
-__all__ = ["parse_metadata_args", "register"]
+__all__ = ["format_bytes", "parse_metadata_args", "register"]
+
+# Kubernetes object names (apimachinery's validation): a namespace is a DNS-1123 label, a ScaledObject's name
+# a DNS-1123 subdomain.
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -45,8 +54,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="a trigger metadata entry; repeat for more",
     )
     p.add_argument("--stream", action="store_true", help="then follow StreamIsActive until Ctrl-C")
+    p.add_argument(
+        "--explain",
+        metavar="HOST:PORT",
+        help="instead, ask the scaler's HTTP port (its --metrics-address, 9401) which pods, nodes and GPUs "
+        "the ScaledObject resolves to, each GPU's smoothed value and sample age, which were left out and why",
+    )
     p.add_argument("--json", action="store_true", help="print JSON (with --stream: one object per line)")
-    p.add_argument("--timeout", type=float, default=5.0, help="seconds per call (default 5)")
+    p.add_argument("--timeout", default="5", help="seconds per call, more than 0 (default 5)")
     t = p.add_argument_group("TLS")
     t.add_argument("--tls-ca", help="PEM CA bundle to verify the server (enables TLS)")
     t.add_argument("--tls-cert", help="PEM client certificate, for mutual TLS (enables TLS)")
@@ -61,8 +76,50 @@ def parse_metadata_args(items: Sequence[str]) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise UsageError(f'-m "{item}" must be KEY=VALUE, e.g. -m metric=gpu_utilization')
-        out[key.strip()] = value
+        key = key.strip()
+        if key in out:
+            raise UsageError(
+                f'-m "{key}" is given twice ("{out[key]}" and "{value}"); a trigger has one value per key'
+            )
+        out[key] = value
     return out
+
+
+def check_names(name: str, namespace: str) -> None:
+    """``--name`` and ``--namespace`` as Kubernetes would accept them for a ScaledObject."""
+    if len(namespace) > 63 or not _DNS_LABEL.fullmatch(namespace):
+        raise UsageError(
+            f'--namespace "{namespace}" is not a namespace name: at most 63 lowercase letters, digits and '
+            "'-', starting and ending with a letter or digit"
+        )
+    if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+        raise UsageError(
+            f"--name \"{name}\" is not a ScaledObject name: at most 253 lowercase letters, digits, '-' and "
+            "'.', starting and ending with a letter or digit"
+        )
+
+
+_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def format_bytes(value: float) -> str:
+    """``42949672960`` → ``40 GiB``; three significant digits, binary units as the metadata takes them."""
+    unit = 0
+    while abs(value) >= 1024 and unit < len(_BYTE_UNITS) - 1:
+        value /= 1024
+        unit += 1
+    return f"{value:.3g} {_BYTE_UNITS[unit]}"
+
+
+def _is_bytes(metric_name: str) -> bool:
+    """Whether a metric of the scaler's counts bytes: ``memory_used`` (``gpuscale-memory-used-<agg>…``)."""
+    return metric_name.startswith("gpuscale-memory-used-") and not metric_name.startswith(
+        "gpuscale-memory-used-percent-"
+    )
+
+
+def _number(metric_name: str, value: float) -> str:
+    return format_bytes(value) if _is_bytes(metric_name) else f"{value:g}"
 
 
 def _read(path: str | None, flag: str) -> bytes | None:
@@ -91,10 +148,19 @@ def _channel(args: argparse.Namespace) -> grpc.Channel:
     return grpc.secure_channel(args.address, creds, options=options)
 
 
+_NOT_SERVED = (
+    "{address} does not serve KEDA's externalscaler API: an agent answers (scope node) only when started "
+    "with --serve-external-scaler (GPUSCALE_SERVE_EXTERNAL_SCALER=true, chart: agent.serveExternalScaler="
+    "true); for scope workload or pool, query the scaler (gpuscale scaler, port 6001)"
+)
+
+
 class _CallFailed(Exception):
-    def __init__(self, method: str, error: grpc.RpcError) -> None:
+    def __init__(self, method: str, error: grpc.RpcError, address: str = "the server") -> None:
         code = error.code() if isinstance(error, grpc.Call) else grpc.StatusCode.UNKNOWN
         details = error.details() if isinstance(error, grpc.Call) else str(error)
+        if code == grpc.StatusCode.UNIMPLEMENTED:
+            details = _NOT_SERVED.format(address=address)
         super().__init__(f"{method}: {code.name}: {details}")
         self.method = method
         self.code = code.name
@@ -109,12 +175,14 @@ def _value_json(v: pb.MetricValue) -> dict[str, Any]:
     return {"metricName": v.metricName, "metricValue": v.metricValue, "metricValueFloat": v.metricValueFloat}
 
 
-def poll(stub: pb_grpc.ExternalScalerStub, ref: pb.ScaledObjectRef, timeout: float) -> dict[str, Any]:
+def poll(
+    stub: pb_grpc.ExternalScalerStub, ref: pb.ScaledObjectRef, timeout: float, address: str = "the server"
+) -> dict[str, Any]:
     """One KEDA poll; raise ``_CallFailed`` at the first failed call."""
     try:
         spec = stub.GetMetricSpec(ref, timeout=timeout)
     except grpc.RpcError as e:
-        raise _CallFailed("GetMetricSpec", e) from None
+        raise _CallFailed("GetMetricSpec", e, address) from None
     metrics: list[dict[str, Any]] = []
     for s in spec.metricSpecs:
         try:
@@ -134,10 +202,12 @@ def poll(stub: pb_grpc.ExternalScalerStub, ref: pb.ScaledObjectRef, timeout: flo
 def _print_poll(result: Mapping[str, Any]) -> None:
     print("GetMetricSpec:")
     for s in result["metricSpecs"]:
-        print(f"  {s['metricName']}  target {s['targetSizeFloat']:g} (int {s['targetSize']})")
+        target = _number(s["metricName"], s["targetSizeFloat"])
+        print(f"  {s['metricName']}  target {target} (int {s['targetSize']})")
     print("GetMetrics:")
     for v in result["metrics"]:
-        print(f"  {v['metricName']}  value {v['metricValueFloat']:g} (int {v['metricValue']})")
+        value = _number(v["metricName"], v["metricValueFloat"])
+        print(f"  {v['metricName']}  value {value} (int {v['metricValue']})")
     print(f"IsActive: {'true' if result['isActive'] else 'false'}")
 
 
@@ -155,13 +225,74 @@ def _stream(stub: pb_grpc.ExternalScalerStub, ref: pb.ScaledObjectRef, as_json: 
         raise _CallFailed("StreamIsActive", e) from None
 
 
+def explain(
+    address: str, name: str, namespace: str, metadata: dict[str, str], timeout: float
+) -> dict[str, Any]:
+    """``GET /explain`` on the scaler's HTTP port."""
+    host, port = parse_host_port(address, "--explain")
+    query = urllib.parse.urlencode(
+        [("name", name), ("namespace", namespace), *(("m", f"{k}={v}") for k, v in metadata.items())]
+    )
+    url = f"http://{join_host_port(host, port)}/explain?{query}"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return cast(dict[str, Any], json.loads(response.read()))
+    except (OSError, ValueError) as e:
+        raise UsageError(
+            f"--explain {address}: cannot ask the scaler there ({e}); give its --metrics-address"
+        ) from e
+
+
+def _print_explain(e: dict[str, Any]) -> None:
+    print(f"ScaledObject {e.get('scaledObject')}")
+    q = e.get("query")
+    if q:
+        print(
+            f"  pods: {q.get('podSelector') or '-'} in {q.get('namespace') or '-'} (scope {q.get('scope')})"
+        )
+    for p in e.get("gpuPods", []):
+        print(
+            f"  pod {p['pod']} on {p['node']}{'' if p['agentConnected'] else ' (its agent is not connected)'}"
+        )
+    for g in e.get("gpus", []):
+        age = g.get("newestSampleAge")
+        if "leftOut" in g:
+            print(f"  GPU {g['uuid']} of {g.get('pod')}: left out: {g['leftOut']}")
+        elif "value" in g:
+            value = f"{g['value']:g} over {g['samples']} samples, newest {age} s old"
+            print(f"  GPU {g['uuid']} of {g.get('pod')}: {value}")
+    for x in e.get("engines", []):
+        print(
+            f"  engine of {x['pod']}: {x['readings']} readings"
+            + (f", missing: {x['missing']}" if x["missing"] else "")
+        )
+    if "answer" in e:
+        a = e["answer"]
+        missing = f", {a['missingPods']} missing: {', '.join(a['missingWhere'])}" if a["missingPods"] else ""
+        print(
+            f"  answer: value {a['value']:g} (aggregate {a['aggregate']:g} x {a['pods']} pods{missing}), "
+            f"{'active' if a['active'] else 'inactive'}"
+        )
+    if "error" in e:
+        print(f"  answer: {e['error']['code']}: {e['error']['message']}")
+
+
 def run(args: argparse.Namespace) -> int:
+    timeout = positive_seconds(args.timeout, "--timeout")
+    check_names(args.name, args.namespace)
     metadata = parse_metadata_args(args.metadata)
+    if args.explain:
+        result = explain(args.explain, args.name, args.namespace, metadata, timeout)
+        if args.json:
+            print(json.dumps(result, indent=2))
+        else:
+            _print_explain(result)
+        return 0
     ref = scaled_object_ref(args.name, args.namespace, metadata)
     with _channel(args) as channel:
         stub = pb_grpc.ExternalScalerStub(channel)
         try:
-            result = poll(stub, ref, args.timeout)
+            result = poll(stub, ref, timeout, args.address)
             if args.json:
                 print(json.dumps(result, indent=None if args.stream else 2), flush=True)
             else:

@@ -2,7 +2,8 @@
 
 ``render scaledobject`` writes a KEDA ScaledObject (``--mode external``, ``external-push`` or ``prometheus``);
 ``render hpa`` an ``autoscaling/v2`` HPA with a ``Pods`` metric and, with ``--adapter``, the Prometheus
-Adapter rule it needs. Only ``--target`` and ``--namespace`` are required.
+Adapter rule it needs as values of the prometheus-adapter chart, in a file of its own (the whole adapter
+ConfigMap only when asked for by name). Only ``--target`` and ``--namespace`` are required.
 """
 
 from __future__ import annotations
@@ -12,8 +13,15 @@ import math
 import sys
 
 from ..errors import UsageError
-from ..render import MODES, HpaOptions, ScaledObjectOptions, render_hpa, render_scaledobject
-from ..scaler.profiles import AGGREGATIONS, BUILTIN_PROFILES, METRICS, SCOPES, SHARES
+from ..render import (
+    MODES,
+    HpaOptions,
+    ScaledObjectOptions,
+    render_adapter_values,
+    render_hpa,
+    render_scaledobject,
+)
+from ..scaling.profiles import AGGREGATIONS, BUILTIN_PROFILES, METRICS, SCOPES, SHARES
 from ._options import profiles_from_option
 
 __all__ = ["register"]
@@ -71,6 +79,13 @@ def _common(p: argparse.ArgumentParser) -> None:
         "--vendor", default="nvidia", choices=["nvidia", "amd"], help="series names (default nvidia)"
     )
     p.add_argument(
+        "--agent-job",
+        metavar="JOB",
+        help="Prometheus's job label of the agents' series, pinned in the queries so that dcgm-exporter's "
+        "series of the same names are not counted too (default RELEASE-agent, as the chart's ServiceMonitor "
+        'names it; "" to not pin)',
+    )
+    p.add_argument(
         "--scrape-interval",
         type=_seconds,
         default=15.0,
@@ -108,6 +123,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--cooldown-period", type=_int, default=300, help="seconds before scaling to zero (default 300)"
     )
     so.add_argument(
+        "--fallback-replicas",
+        type=_int,
+        help="KEDA's fallback: the replicas to hold while the trigger fails (UNAVAILABLE: stale GPU data)",
+    )
+    so.add_argument(
+        "--fallback-failure-threshold",
+        type=_int,
+        default=3,
+        help="failed polls in a row before the fallback (default 3)",
+    )
+    so.add_argument(
+        "--fallback-behavior",
+        default="static",
+        help="static (default: --fallback-replicas), currentReplicas, currentReplicasIfHigher, "
+        "currentReplicasIfLower",
+    )
+    so.add_argument(
         "--scaler-address",
         help="external: HOST:PORT of the scaler (default RELEASE-scaler.RELEASE_NAMESPACE.svc:6001; "
         "scope node: the agents', RELEASE-agent…:6000)",
@@ -135,19 +167,36 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "hpa",
         help="an autoscaling/v2 HPA with a Pods metric, and the Prometheus Adapter rule",
         description="An autoscaling/v2 HPA with a Pods metric served by Prometheus Adapter from the agent's "
-        "series; with --adapter also the adapter's rules ConfigMap.",
+        "series. With --adapter, also the adapter rule that serves it, as values of the "
+        "prometheus-community/prometheus-adapter chart (rules.custom) in --adapter-values; "
+        "--adapter-configmap NAME instead adds the adapter's whole config as a ConfigMap to the manifests, "
+        "which replaces every rule the adapter had.",
     )
     _common(hpa)
     hpa.add_argument(
-        "--adapter", action="store_true", help="also write the Prometheus Adapter rules ConfigMap"
+        "--adapter",
+        action="store_true",
+        help="also write the Prometheus Adapter rule as prometheus-adapter chart values to --adapter-values",
+    )
+    hpa.add_argument(
+        "--adapter-values",
+        metavar="FILE",
+        default=ADAPTER_VALUES,
+        help=f"where --adapter writes the chart values (default ./{ADAPTER_VALUES})",
     )
     hpa.add_argument(
         "--adapter-namespace", default="monitoring", help="the adapter's namespace (default monitoring)"
     )
     hpa.add_argument(
-        "--adapter-configmap", default="prometheus-adapter", help="the adapter's config ConfigMap name"
+        "--adapter-configmap",
+        metavar="NAME",
+        help="instead of the values: the adapter's whole config as the ConfigMap NAME, with the manifests "
+        "(applying it replaces every rule the adapter had; e.g. prometheus-adapter)",
     )
     hpa.set_defaults(func=run_hpa)
+
+
+ADAPTER_VALUES = "prometheus-adapter-values.yaml"
 
 
 def _write(text: str, output: str | None) -> int:
@@ -160,6 +209,14 @@ def _write(text: str, output: str | None) -> int:
     except OSError as e:
         raise UsageError(f'--output "{output}": {e.strerror}') from None
     return 0
+
+
+def _write_file(text: str, path: str, flag: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        raise UsageError(f'{flag} "{path}": cannot write it: {e.strerror or e}') from None
 
 
 def run_scaledobject(args: argparse.Namespace) -> int:
@@ -193,6 +250,10 @@ def run_scaledobject(args: argparse.Namespace) -> int:
         prometheus_url=args.prometheus_url,
         pod_regex=args.pod_regex,
         exported_labels=args.exported_labels,
+        agent_job=args.agent_job,
+        fallback_replicas=args.fallback_replicas,
+        fallback_failure_threshold=args.fallback_failure_threshold,
+        fallback_behavior=args.fallback_behavior,
         vendor=args.vendor,
         scrape_interval=args.scrape_interval,
         profiles=profiles_from_option(args.profiles),
@@ -216,9 +277,19 @@ def run_hpa(args: argparse.Namespace) -> int:
         exported_labels=args.exported_labels,
         vendor=args.vendor,
         scrape_interval=args.scrape_interval,
-        adapter=args.adapter,
+        agent_job="gpuscale-agent" if args.agent_job is None else args.agent_job,
         adapter_namespace=args.adapter_namespace,
         adapter_configmap=args.adapter_configmap,
         profiles=profiles_from_option(args.profiles),
     )
-    return _write(render_hpa(options), args.output)
+    manifests = render_hpa(options)  # checks every option before a file is written
+    if args.adapter and args.adapter_configmap is None:
+        path = args.adapter_values
+        _write_file(render_adapter_values(options, file_name=path), path, "--adapter-values")
+        print(
+            f"gpuscale render: the Prometheus Adapter rule is in {path}, as values of the "
+            "prometheus-community/prometheus-adapter chart (rules.custom): merge them into the adapter's "
+            "release (see the file's comment); --adapter-configmap NAME writes the whole ConfigMap instead",
+            file=sys.stderr,
+        )
+    return _write(manifests, args.output)

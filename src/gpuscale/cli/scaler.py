@@ -12,16 +12,19 @@ from pathlib import Path
 from .. import lifecycle
 from ..errors import UsageError
 from ..netaddr import parse_host_port
-from ..scaler.errors import ProfileError
-from ..scaler.profiles import ProfileSet, load_profiles
+from ..scaler.profiles_file import load_profiles
 from ..scaler.server import Scaler, ScalerSettings
 from ..scaler.subscriber import SubscriberSettings
+from ..scaling.errors import ProfileError
+from ..scaling.profiles import ProfileSet
 from ._options import (
     add_server_arguments,
     add_server_tls_arguments,
     check_server_arguments,
     env,
     existing_file,
+    kubeconfig_errors,
+    kubeconfig_from_args,
     positive_seconds,
     server_tls_from_args,
 )
@@ -59,6 +62,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--history",
         default=env("HISTORY", "120"),
         help="seconds of samples kept per GPU; the longest staleAfter a trigger may use (default 120)",
+    )
+    a.add_argument(
+        "--forget-after",
+        default=env("FORGET_AFTER", "600"),
+        help="seconds after which a node whose agent is gone is forgotten; its GPU pods stay missing pods of "
+        "their workloads for as long again (default 600)",
+    )
+    a.add_argument(
+        "--ready-grace",
+        default=env("READY_GRACE", "10"),
+        help="seconds after start within which every discovered agent is waited for: until then, or until "
+        "all have sent their complete state, calls answer UNAVAILABLE and /readyz is not ready (default 10)",
     )
     a.add_argument(
         "--ingest-workers",
@@ -125,6 +140,7 @@ def settings_from_args(args: argparse.Namespace) -> ScalerSettings:
     if args.agents_dns:
         parse_host_port(args.agents_dns, "--agents-dns")
     check_server_arguments(args)
+    kubeconfig = kubeconfig_from_args(args)
     try:
         workers = int(args.ingest_workers)
     except ValueError:
@@ -136,16 +152,21 @@ def settings_from_args(args: argparse.Namespace) -> ScalerSettings:
     return ScalerSettings(
         ingest_workers=workers,
         event_loop=args.event_loop,
+        log_format=getattr(args, "log_format", "text"),
         agents=agents,
         agents_dns=args.agents_dns or None,
         dns_interval_s=positive_seconds(args.dns_interval, "--dns-interval"),
         grpc_address=args.grpc_address,
         metrics_address=args.metrics_address,
-        kubeconfig=args.kubeconfig,
-        in_cluster=bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and args.kubeconfig is None,
+        kubeconfig=kubeconfig,
+        in_cluster=bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and kubeconfig is None,
         tls=tls,
         history_s=positive_seconds(args.history, "--history"),
-        subscriber=SubscriberSettings(**agent_tls),  # type: ignore[arg-type]
+        ready_grace_s=positive_seconds(args.ready_grace, "--ready-grace"),
+        subscriber=SubscriberSettings(
+            forget_after_s=positive_seconds(args.forget_after, "--forget-after"),
+            **agent_tls,  # type: ignore[arg-type]
+        ),
     )
 
 
@@ -165,7 +186,8 @@ async def serve(settings: ScalerSettings, profiles: ProfileSet | None) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await scaler.start()  # a failed start (an address in use) still stops what it had started
+        with kubeconfig_errors(settings.kubeconfig):
+            await scaler.start()  # a failed start (an address in use) still stops what it had started
         log.info(
             "scaler serving gRPC on :%d%s and metrics on :%d",
             scaler.grpc_port,

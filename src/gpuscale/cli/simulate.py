@@ -1,4 +1,5 @@
-"""``gpuscale simulate SCENARIO.yaml --out DIR``: run the offline HPA/KEDA simulator on a scenario file."""
+"""``gpuscale simulate SCENARIO.yaml --out DIR``: run the offline HPA/KEDA simulator on a scenario file;
+``gpuscale simulate --set scenarios/ --out DIR``: on the standard set of traces (docs/decisions.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ from pathlib import Path
 
 from .. import plotting
 from ..errors import UsageError
-from ..sim import ScenarioError, parse_scenario, run_scenario, write_outputs
+from ..scaling.profiles import ProfileSet
+from ..sim import Result, Scenario, ScenarioError, parse_scenario, run_scenario, write_outputs
+from ..sim.compare import STANDARD_SET, rows, table_text
+from ..sim.report import write_set
 from ._options import profiles_from_option
 
 __all__ = ["register"]
@@ -17,10 +21,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "simulate",
         help="simulate HPA/KEDA policies on a demand trace, offline",
-        description="Run every policy of a scenario file through a faithful model of the HPA, KEDA and the "
-        "metric pipeline; write timeline.csv, summary.json and plot.png. Format: docs/simulator.md.",
+        description="Run every policy of a scenario file through a faithful model of the HPA, KEDA, the "
+        "metric pipeline and the workload (the engines' queue, pods starting in phases); print the "
+        "comparison table and write timeline.csv, summary.json and plot.png. With --set, do it for each "
+        "trace of the standard set and write table.md, table.json and set.png. Format: docs/simulator.md.",
     )
-    parser.add_argument("scenario", type=Path, help="scenario YAML file")
+    parser.add_argument("scenario", type=Path, nargs="?", help="scenario YAML file")
+    parser.add_argument(
+        "--set",
+        type=Path,
+        metavar="DIR",
+        dest="set_dir",
+        help="run the standard set of traces, DIR/<name>.yaml for each of: " + ", ".join(STANDARD_SET),
+    )
     parser.add_argument("--out", type=Path, required=True, help="directory for the outputs (created)")
     parser.add_argument(
         "--profiles",
@@ -31,16 +44,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=run)
 
 
-def _profiles(args: argparse.Namespace) -> dict[str, dict[str, str]]:
-    """Every profile a trigger may name, as the metadata keys it sets (the simulator reads no scaler code)."""
-    from ..scaler.profiles import ProfileSet
-
-    profiles = profiles_from_option(args.profiles) or ProfileSet.builtin()
-    return {name: p.as_metadata() for name, p in profiles.items()}
+def _profiles(args: argparse.Namespace) -> ProfileSet:
+    """Every profile a trigger may name: the built-in ones, and a ``--profiles`` file's."""
+    return profiles_from_option(args.profiles) or ProfileSet.builtin()
 
 
-def run(args: argparse.Namespace) -> int:
-    path: Path = args.scenario
+def _load(path: Path, profiles: ProfileSet) -> Scenario:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
@@ -50,23 +59,49 @@ def run(args: argparse.Namespace) -> int:
         return (path.parent / name).read_text(encoding="utf-8")
 
     try:
-        scenario = parse_scenario(text, source=str(path), read_text=read_text, profiles=_profiles(args))
+        return parse_scenario(text, source=str(path), read_text=read_text, profiles=profiles)
     except ScenarioError as e:
         raise UsageError(str(e)) from None
-    result = run_scenario(scenario)
+
+
+def _set_paths(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        raise UsageError(f'--set "{directory}": not a directory (the folder of the standard set\'s files)')
+    paths = [directory / f"{name}.yaml" for name in STANDARD_SET]
+    missing = [p.name for p in paths if not p.is_file()]
+    if missing:
+        names = ", ".join(STANDARD_SET)
+        raise UsageError(f'--set "{directory}": {", ".join(missing)} missing; the standard set is {names}')
+    return paths
+
+
+def run(args: argparse.Namespace) -> int:
+    if (args.scenario is None) == (args.set_dir is None):
+        raise UsageError("simulate: give a scenario file or --set DIR, not both and not neither")
+    profiles = _profiles(args)
     out: Path = args.out
+    if args.scenario is not None:
+        result = run_scenario(_load(args.scenario, profiles))
+        try:
+            outputs = write_outputs(result, out)
+        except OSError as e:
+            raise UsageError(f'--out "{out}": cannot write there: {e.strerror or e}') from None
+        print(f"{result.scenario.name}:")
+        print(table_text(rows([result]), with_trace=False))
+        print(f"wrote {outputs.timeline}")
+        print(f"wrote {outputs.summary}")
+        print(f"wrote {outputs.plot}" if outputs.plot is not None else f"no plot.png: {plotting.MISSING}")
+        return 0
+    scenarios = [_load(p, profiles) for p in _set_paths(args.set_dir)]
+    results: tuple[Result, ...] = tuple(run_scenario(s) for s in scenarios)
     try:
-        outputs = write_outputs(result, out)
+        written = write_set(results, out)
     except OSError as e:
         raise UsageError(f'--out "{out}": cannot write there: {e.strerror or e}') from None
-    for s in result.summaries:
-        up = "-" if s.time_to_first_scale_up is None else f"{s.time_to_first_scale_up}s"
-        print(
-            f"{s.policy}: {s.gpu_hours:.2f} GPU-hours, {100 * s.share_of_demand_unserved:.1f}% of demand "
-            f"unserved, p95 utilization {s.p95_utilization or 0:.0f}%, {s.scale_events} scale events, "
-            f"{s.direction_changes} direction changes, first scale-up after the step {up}"
-        )
-    print(f"wrote {outputs.timeline}")
-    print(f"wrote {outputs.summary}")
-    print(f"wrote {outputs.plot}" if outputs.plot is not None else f"no plot.png: {plotting.MISSING}")
+    print(table_text(rows(results)))
+    for o in written.scenarios:
+        print(f"wrote {o.timeline.parent}/ (timeline.csv, summary.json{', plot.png' if o.plot else ''})")
+    print(f"wrote {written.table}")
+    print(f"wrote {written.json}")
+    print(f"wrote {written.plot}" if written.plot is not None else f"no set.png: {plotting.MISSING}")
     return 0

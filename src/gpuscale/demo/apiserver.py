@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 import json
 import re
 import ssl
@@ -38,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+
+from ..scaling.selector import LabelSelector, parse_selector
 
 __all__ = ["LocalApiServer", "format_label_selector", "make_pod", "match_labels", "write_kubeconfig"]
 
@@ -104,11 +107,14 @@ def make_pod(
     ready: bool | None = None,
     limits: Mapping[str, str] | None = None,
     resource_claims: Iterable[str] = (),
+    annotations: Mapping[str, str] | None = None,
+    ip: str | None = None,
 ) -> Obj:
     """A Pod as the API server returns it. ``containers`` maps names to ``containerID`` (``containerd://…``;
     ``None``: not started yet, so no id). ``ready`` (default: every container started) sets the containers'
     ``ready`` and the pod's ``Ready`` condition. ``limits`` (``{"nvidia.com/gpu": "1"}``) go on every
-    container; ``resource_claims`` name the pod's ResourceClaims (DRA)."""
+    container; ``resource_claims`` name the pod's ResourceClaims (DRA); ``annotations`` and ``ip``
+    (``status.podIP``) are what an engine scrape is found by."""
     containers = {"main": None} if containers is None else containers
     statuses = []
     for cname, cid in containers.items():
@@ -129,6 +135,7 @@ def make_pod(
             "namespace": namespace,
             "uid": uid or str(uuidlib.uuid4()),
             "labels": dict(labels or {}),
+            **({"annotations": dict(annotations)} if annotations else {}),
             "creationTimestamp": "2025-01-01T00:00:00Z",
         },
         "spec": {
@@ -147,6 +154,7 @@ def make_pod(
             "phase": phase,
             "conditions": [{"type": "Ready", "status": "True" if all_ready else "False"}],
             "containerStatuses": statuses,
+            **({"podIP": ip} if ip else {}),
         },
     }
 
@@ -171,27 +179,15 @@ def _field(obj: Obj, path: str) -> str:
 
 
 def match_labels(selector: str, labels: Mapping[str, str]) -> bool:
-    """Kubernetes label-selector semantics: ``a=b``, ``a==b``, ``a!=b``, ``a in (x,y)``, ``a notin (x)``,
-    ``a``, ``!a``, comma-separated (commas inside parentheses belong to the set)."""
-    for term in filter(None, (t.strip() for t in re.split(r",(?![^()]*\))", selector))):
-        if m := re.fullmatch(r"([\w./-]+)\s+(in|notin)\s+\(([^)]*)\)", term):
-            key, op, values = m.group(1), m.group(2), {v.strip() for v in m.group(3).split(",")}
-            if (labels.get(key) in values) != (op == "in") or (op == "in" and key not in labels):
-                return False
-        elif term.startswith("!"):
-            if term[1:].strip() in labels:
-                return False
-        elif "!=" in term:
-            key, value = (s.strip() for s in term.split("!=", 1))
-            if labels.get(key) == value:
-                return False
-        elif "=" in term:
-            key, value = (s.strip() for s in re.split(r"==?", term, maxsplit=1))
-            if labels.get(key) != value:
-                return False
-        elif term not in labels:
-            return False
-    return True
+    """Whether ``labels`` match a ``labelSelector`` string, by ``gpuscale.scaling.selector`` (the scaler's own
+    parser: ``a=b``, ``a==b``, ``a!=b``, ``a in (x,y)``, ``a notin (x)``, ``a``, ``!a``); empty matches all.
+    ``SelectorError`` for a selector the API server would refuse."""
+    return not selector.strip() or _selector(selector).matches(labels)
+
+
+@functools.lru_cache(maxsize=256)
+def _selector(text: str) -> LabelSelector:
+    return parse_selector(text)
 
 
 def format_label_selector(selector: Obj) -> str:
@@ -267,6 +263,7 @@ class LocalApiServer:
         self.oldest_resource_version = self.resource_version
         self.gone_as_status = False
         self.fail_next: list[int] = []  # HTTP statuses to answer the next requests with
+        self.fail_pod_lists_until = 0.0  # loop time until which every pod list or watch is answered 500
         self.requests: list[str] = []  # "GET /path?query" of every request
         self._watches: set[_Watch] = set()
         # called with (groupVersion, plural, namespace, name, replicas) after a write to ``/scale``
@@ -519,6 +516,8 @@ class LocalApiServer:
         self.requests.append(f"{request.method} {request.path_qs}")
         if self.token is not None and request.headers.get("Authorization") != f"Bearer {self.token}":
             return self.status(401, "Unauthorized", "Unauthorized")
+        if request.path.endswith("/pods") and asyncio.get_running_loop().time() < self.fail_pod_lists_until:
+            return self.status(500, "InternalError", "injected failure: pod lists failing")
         if self.fail_next:
             code = self.fail_next.pop(0)
             return self.status(

@@ -2,18 +2,21 @@
 
 Hierarchy::
 
-    DemoError            the demo cannot go on (exit 1)
-    └── ChildFailed      an agent or the scaler process exited or never came up; carries its log's tail
+    GpuscaleError
+    └── DemoError            the demo cannot go on (exit 1)
+        └── ChildFailed      an agent or the scaler process exited or never came up; carries its log's tail
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import GpuscaleError
+
 __all__ = ["ChildFailed", "DemoError"]
 
 
-class DemoError(Exception):
+class DemoError(GpuscaleError):
     """The demo cannot go on; the message says what failed and where to look."""
 
 

@@ -1,10 +1,14 @@
 """This node's pods, kept current by list+watch (``informer.ListWatch`` on ``spec.nodeName=<node>``).
 
-The agent needs a pod's UID and labels, and which container a container id (from a PID's cgroup) belongs to.
-One watch per node replaces per-scrape ``GET``s, which hit client-side throttling in dcgm-exporter (#551).
-``changed`` is set (and ``version`` bumped) whenever the UIDs, labels or container ids change; status-only
-updates do not count. A pod that has finished (``Succeeded``, ``Failed``) is dropped: it holds no GPU, and a
-workload whose pods all finished has none on this node.
+The agent needs a pod's UID and labels, which container a container id (from a PID's cgroup) belongs to,
+and, to read the metrics of an inference engine in it, its IP and its ``gpuscale.io/`` and ``prometheus.io/``
+annotations (``KEPT_ANNOTATION_PREFIXES``; no other annotation is kept). One watch per node replaces
+per-scrape ``GET``s, which hit client-side throttling in dcgm-exporter (#551). ``changed`` is set (and
+``version`` bumped) whenever the UIDs, labels, those annotations, the pod IP or container ids change; other
+status updates do not count. A pod that has finished (``Succeeded``, ``Failed``) is dropped: it holds no GPU,
+and a workload whose pods all finished has none on this node. So is a pod being deleted
+(``deletionTimestamp``): it is draining, and the HPA leaves such pods out of its count (``groupPods``), as
+gpuscale does.
 """
 
 from __future__ import annotations
@@ -21,11 +25,22 @@ from .incluster import InClusterApi
 from .informer import NodeListWatch, WatchSettings
 from .podresources import is_gpu_resource
 
-__all__ = ["NodePodWatcher", "PodKey", "WatchSettings", "api_client_from", "strip_runtime_prefix"]
+__all__ = [
+    "KEPT_ANNOTATION_PREFIXES",
+    "NodePodWatcher",
+    "PodKey",
+    "WatchSettings",
+    "api_client_from",
+    "kept_annotations",
+    "strip_runtime_prefix",
+]
 
 log = logging.getLogger(__name__)
 
 PodKey = tuple[str, str]  # (namespace, name)
+
+# The annotations the agent keeps of a pod: where its inference engine serves metrics (agent.engines)
+KEPT_ANNOTATION_PREFIXES = ("gpuscale.io/", "prometheus.io/")
 
 
 async def api_client_from(kubeconfig: str | None, in_cluster: bool) -> KubeApi:
@@ -34,6 +49,7 @@ async def api_client_from(kubeconfig: str | None, in_cluster: bool) -> KubeApi:
     kubernetes_asyncio, imported only then. The caller closes it."""
     if in_cluster:
         return InClusterApi.from_environment()
+    import yaml
     from kubernetes_asyncio import config as kube_config
     from kubernetes_asyncio.client import ApiClient, Configuration
     from kubernetes_asyncio.config.config_exception import ConfigException
@@ -41,8 +57,12 @@ async def api_client_from(kubeconfig: str | None, in_cluster: bool) -> KubeApi:
     configuration = Configuration()
     try:
         await kube_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    except (ConfigException, OSError) as e:
-        raise KubeConfigError(f"cannot load the kubeconfig {kubeconfig or '(default)'}: {e}") from e
+    except (ConfigException, OSError, yaml.YAMLError, TypeError, AttributeError) as e:
+        # YAML of the wrong shape (a list, a string) fails inside the loader with a TypeError/AttributeError
+        why = " ".join(str(e).split())
+        if isinstance(e, (TypeError, AttributeError)):
+            why = "not a kubeconfig (a YAML mapping of clusters, contexts and users)"
+        raise KubeConfigError(f"cannot load the kubeconfig {kubeconfig or '(default)'}: {why}") from e
     return ApiClient(configuration=configuration)
 
 
@@ -88,11 +108,22 @@ def wants_gpu(obj: Json, extra_resource_names: Collection[str] = ()) -> bool:
     return False
 
 
+def kept_annotations(meta: Json) -> dict[str, str]:
+    """The pod's annotations under ``KEPT_ANNOTATION_PREFIXES``, values as strings."""
+    annotations = meta.get("annotations") or {}
+    if not isinstance(annotations, dict):
+        return {}
+    return {str(k): str(v) for k, v in annotations.items() if str(k).startswith(KEPT_ANNOTATION_PREFIXES)}
+
+
 def _entry_from(obj: Json, extra_resource_names: Collection[str] = ()) -> _Entry | None:
-    """What the agent keeps of a pod; ``None`` for a finished one (it is no workload's any more)."""
+    """What the agent keeps of a pod; ``None`` for a finished one or one being deleted (it is no workload's
+    any more)."""
     key = _key_of(obj)
     if key is None or (obj.get("status") or {}).get("phase") in _TERMINAL:
         return None
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return None  # being deleted: the HPA ignores it, and so does every workload's value
     namespace, name = key
     meta = obj.get("metadata") or {}
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
@@ -102,6 +133,8 @@ def _entry_from(obj: Json, extra_resource_names: Collection[str] = ()) -> _Entry
         uid=str(meta.get("uid") or ""),
         labels=labels,
         wants_gpu=wants_gpu(obj, extra_resource_names),
+        annotations=kept_annotations(meta),
+        ip=str((obj.get("status") or {}).get("podIP") or ""),
     )
     containers: dict[str, ContainerRef] = {}
     status = obj.get("status") or {}

@@ -3,7 +3,8 @@
 ``keda.sh/v1alpha1`` ScaledObject → ``spec.scaleTargetRef`` (``apiVersion`` default ``apps/v1``, ``kind``
 default ``Deployment``) → API discovery for the kind's resource name → ``GET …/<name>/scale`` →
 ``status.selector``. Works for any kind with a ``/scale`` subresource (Deployments, StatefulSets, Argo
-Rollouts, …). Results are cached for ``ttl_s``; concurrent lookups of one ScaledObject share one request.
+Rollouts, …). Results are cached for ``ttl_s`` (at most ``maxsize`` ScaledObjects); concurrent lookups of one
+ScaledObject share one request.
 """
 
 from __future__ import annotations
@@ -50,9 +51,11 @@ class WorkloadResolver:
         ttl_s: float = 30.0,
         request_timeout_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
+        maxsize: int = 4096,
     ) -> None:
         self.api = api
         self.ttl_s = ttl_s
+        self.maxsize = maxsize
         self.request_timeout_s = request_timeout_s
         self._clock = clock
         self._cache: dict[_Key, tuple[float, ResolvedWorkload]] = {}
@@ -75,8 +78,14 @@ class WorkloadResolver:
             self._inflight[key] = task
             task.add_done_callback(lambda _: self._inflight.pop(key, None))
         result = await asyncio.shield(task)
+        self._cache.pop(key, None)
         self._cache[key] = (self._clock() + self.ttl_s, result)
+        while len(self._cache) > self.maxsize:  # churn: the least recently resolved go first
+            del self._cache[next(iter(self._cache))]
         return result
+
+    def __len__(self) -> int:
+        return len(self._cache)
 
     def invalidate(self, namespace: str, name: str) -> None:
         self._cache.pop((namespace, name), None)

@@ -9,6 +9,11 @@ keeps that label: ``avg by (<<.GroupBy>>) (…)`` gives one value per pod over t
 
 The HPA's ``AverageValue`` target on a ``Pods`` metric is per pod: the HPA computes
 ``ceil(sum of the pods' values / target)`` = ``ceil(pods x average / target)``.
+
+The rule is written as values of the prometheus-community ``prometheus-adapter`` chart (``rules.custom``),
+to merge into the adapter's release: the adapter reads one config file, and a ConfigMap of it that
+``kubectl apply`` would put in place replaces every rule the adapter had. That ConfigMap is written only when
+asked for by name (``adapter_configmap``).
 """
 
 from __future__ import annotations
@@ -17,14 +22,30 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
-from ..scaler.errors import MetadataError
-from ..scaler.metadata import TriggerMetadata, parse_metadata
-from ..scaler.profiles import ProfileSet
+from ..scaling.errors import MetadataError
+from ..scaling.metadata import TriggerMetadata, parse_metadata
+from ..scaling.profiles import ProfileSet
 from ._yaml import Document, dump
-from .promql import DEFAULT_SCRAPE_INTERVAL, LabelNames, aggregate, exact, per_gpu, range_seconds, series_for
+from .promql import (
+    DEFAULT_SCRAPE_INTERVAL,
+    LabelNames,
+    aggregate,
+    exact,
+    job_matcher,
+    per_gpu,
+    range_seconds,
+    series_for,
+)
 from .target import check_name, check_namespace, parse_target
 
-__all__ = ["HpaOptions", "adapter_rule", "hpa_documents", "render_hpa"]
+__all__ = [
+    "HpaOptions",
+    "adapter_rule",
+    "adapter_values",
+    "hpa_documents",
+    "render_adapter_values",
+    "render_hpa",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +64,11 @@ class HpaOptions:
     exported_labels: bool = False
     vendor: str = "nvidia"
     scrape_interval: float = DEFAULT_SCRAPE_INTERVAL  # Prometheus's, of the agents: ranges are >= 2 of it
-    adapter: bool = True
+    # Prometheus's job of the agents' series ("": not pinned); the chart's ServiceMonitor names it so.
+    agent_job: str = "gpuscale-agent"
     adapter_namespace: str = "monitoring"
-    adapter_configmap: str = "prometheus-adapter"
+    # The adapter's whole config as a ConfigMap of this name, in the manifests (replaces every rule it had).
+    adapter_configmap: str | None = None
     profiles: ProfileSet | None = None
 
 
@@ -86,15 +109,16 @@ def adapter_rule(
     exported: bool = False,
     vendor: str = "nvidia",
     scrape_interval: float = DEFAULT_SCRAPE_INTERVAL,
+    job: str | None = None,
 ) -> dict[str, Any]:
-    """One ``rules:`` entry of the adapter's config: per-pod ``aggregation`` over the pod's GPUs."""
+    """One ``rules:`` entry of the adapter's config: per-pod ``aggregation`` over the pod's GPUs; ``job``
+    pins the agents' series (dcgm-exporter's have the same names)."""
     labels = LabelNames(exported=exported)
     series = series_for(vendor, md.metric)
-    expr = per_gpu(
-        series, "<<.LabelMatchers>>", md.window, name="<<.Series>>", scrape_interval=scrape_interval
-    )
+    matchers = "<<.LabelMatchers>>" + (f",{job_matcher(job).rstrip(',')}" if job else "")
+    expr = per_gpu(series, matchers, md.window, name="<<.Series>>", scrape_interval=scrape_interval)
     return {
-        "seriesQuery": f'{series.name}{{{labels.namespace}!="",{labels.pod}!=""}}',
+        "seriesQuery": f'{series.name}{{{job_matcher(job)}{labels.namespace}!="",{labels.pod}!=""}}',
         # Only overrides, no template: with exported labels the exporter pod's own namespace/pod labels
         # must not map to resources.
         "resources": {
@@ -115,7 +139,8 @@ def _quantity(value: float) -> str:
 def hpa_documents(o: HpaOptions) -> list[Document]:
     check_namespace(o.namespace)
     check_namespace(o.adapter_namespace, "--adapter-namespace")
-    check_name(o.adapter_configmap, "--adapter-configmap")
+    if o.adapter_configmap is not None:
+        check_name(o.adapter_configmap, "--adapter-configmap")
     if o.name:
         check_name(o.name)
     if o.min_replicas < 1:
@@ -128,7 +153,9 @@ def hpa_documents(o: HpaOptions) -> list[Document]:
         )
     target = parse_target(o.target)
     md = _resolve(o)
-    rule = adapter_rule(md, exported=o.exported_labels, vendor=o.vendor, scrape_interval=o.scrape_interval)
+    rule = adapter_rule(
+        md, exported=o.exported_labels, vendor=o.vendor, scrape_interval=o.scrape_interval, job=o.agent_job
+    )
     hpa = {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
@@ -165,23 +192,49 @@ def hpa_documents(o: HpaOptions) -> list[Document]:
         f"AverageValue on a Pods metric is per pod: desired = ceil(sum over pods / {exact(md.target_value)})."
     )
     docs: list[Document] = [(hpa_comment, hpa)]
-    if o.adapter:
-        config = dump_rules([rule])
+    if o.adapter_configmap is not None:
         cm = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {"name": o.adapter_configmap, "namespace": o.adapter_namespace},
-            "data": {"config.yaml": config},
+            "data": {"config.yaml": dump_rules([rule])},
         }
         cm_comment = (
-            "Prometheus Adapter's --config file. With the prometheus-community/prometheus-adapter chart,\n"
-            "put the entries of `rules:` under the chart value rules.custom instead. Merge with the rules\n"
-            "you have: the adapter reads one config. Keep --metrics-relist-interval (1m in the chart) at\n"
-            "least the scrape interval. Only one external-metrics API can exist (KEDA's, if installed);\n"
-            "this rule serves a custom metric, so both can run."
+            "Prometheus Adapter's whole --config file, asked for by name (--adapter-configmap). Applying it\n"
+            "REPLACES every rule the adapter has: merge them in first. With the prometheus-community\n"
+            "chart, use the values instead (--adapter without --adapter-configmap). Keep\n"
+            "--metrics-relist-interval (1m in the chart) at least the scrape interval. Only one\n"
+            "external-metrics API can exist (KEDA's, if installed); this rule serves a custom metric, so\n"
+            "both can run."
         )
         docs.append((cm_comment, cm))
     return docs
+
+
+def adapter_values(o: HpaOptions, *, file_name: str = "VALUES.yaml") -> Document:
+    """The rule as values of the prometheus-community/prometheus-adapter chart, ``rules.custom``, with a
+    comment that says how to merge them (``file_name``: how the comment names this file)."""
+    hpa_documents(o)  # the same checks
+    md = _resolve(o)
+    rule = adapter_rule(
+        md, exported=o.exported_labels, vendor=o.vendor, scrape_interval=o.scrape_interval, job=o.agent_job
+    )
+    comment = (
+        "Values for the prometheus-community/prometheus-adapter chart: the rule that serves\n"
+        f"{metric_name(md)} to the HPA of `gpuscale render hpa --target {o.target} "
+        f"--namespace {o.namespace}`.\n"
+        "rules.custom is a list, and Helm replaces a list rather than merging it: if your adapter release\n"
+        "has custom rules, add this entry to them; if not, add these values to the release's:\n"
+        "  helm upgrade prometheus-adapter prometheus-community/prometheus-adapter "
+        f"-n {o.adapter_namespace} --reuse-values -f {file_name}\n"
+        "The metric appears after the adapter's next relist (metricsRelistInterval, 1m in the chart)."
+    )
+    return comment, {"rules": {"custom": [rule]}}
+
+
+def render_adapter_values(o: HpaOptions, *, file_name: str = "VALUES.yaml") -> str:
+    comment, values = adapter_values(o, file_name=file_name)
+    return dump([(comment, values)])
 
 
 def dump_rules(rules: list[dict[str, Any]]) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from ..scaler.profiles import Aggregation, Metric, exact
+from ..scaling.profiles import Aggregation, Metric, exact
 
 __all__ = [
     "DEFAULT_SCRAPE_INTERVAL",
@@ -23,7 +23,9 @@ __all__ = [
     "LabelNames",
     "Series",
     "aggregate",
+    "engine_query",
     "exact",
+    "job_matcher",
     "per_gpu",
     "range_seconds",
     "series_for",
@@ -97,8 +99,13 @@ def series_for(vendor: str, metric: Metric) -> Series:
     return table[metric]
 
 
-def workload_matchers(namespace: str, pod_regex: str, labels: LabelNames) -> str:
-    return f'{labels.namespace}="{namespace}",{labels.pod}=~"{pod_regex}"'
+def job_matcher(job: str | None) -> str:
+    """``job="gpuscale-agent",`` (or nothing): the agents' series, not dcgm-exporter's of the same names."""
+    return f'job="{job}",' if job else ""
+
+
+def workload_matchers(namespace: str, pod_regex: str, labels: LabelNames, job: str | None = None) -> str:
+    return f'{job_matcher(job)}{labels.namespace}="{namespace}",{labels.pod}=~"{pod_regex}"'
 
 
 def _fmt(value: float) -> str:
@@ -149,3 +156,36 @@ def aggregate(aggregation: Aggregation, expr: str, by: str | None = None) -> str
         q = int(aggregation[1:]) / 100
         return f"quantile{group} ({q:g}, {expr})" if by else f"quantile({q:g}, {expr})"
     return f"{aggregation}{group} ({expr})" if by else f"{aggregation}({expr})"
+
+
+# ----- the inference engine's own series, as Prometheus scrapes them from the engine pods (vLLM's names:
+# vllm/v1/metrics/loggers.py; see docs/engines.md). The pods are the scrape targets, so namespace and pod are
+# the target's own labels.
+_VLLM_GAUGES = {
+    "queue_length": ("vllm:num_requests_waiting",),
+    "requests_in_flight": ("vllm:num_requests_waiting", "vllm:num_requests_running"),
+}
+_VLLM_HISTOGRAMS = {
+    "ttft_p50": ("vllm:time_to_first_token_seconds_bucket", 0.5),
+    "ttft_p95": ("vllm:time_to_first_token_seconds_bucket", 0.95),
+    "itl_p95": ("vllm:inter_token_latency_seconds_bucket", 0.95),
+}
+
+
+def engine_query(
+    metric: str, matchers: str, window: float, *, aggregation: str = "avg", scrape_interval: float = 15.0
+) -> tuple[str, bool]:
+    """The PromQL a KEDA ``prometheus`` trigger runs for an engine metric over vLLM's series, and whether it
+    is additive (a total over the pods: ``metricType: AverageValue``) or a per-replica figure (``Value``)."""
+    rng = f"{_fmt(range_seconds(window, scrape_interval))}s"
+    if metric in _VLLM_GAUGES:
+        return " + ".join(f"sum({name}{{{matchers}}})" for name in _VLLM_GAUGES[metric]), True
+    if metric == "generation_tokens_per_second":
+        return f"sum(rate(vllm:generation_tokens_total{{{matchers}}}[{rng}]))", True
+    if metric == "kv_cache_usage":
+        how = "max" if aggregation == "max" else "avg"
+        return f"100 * {how}(vllm:kv_cache_usage_perc{{{matchers}}})", False
+    if metric in _VLLM_HISTOGRAMS:
+        name, q = _VLLM_HISTOGRAMS[metric]
+        return f"histogram_quantile({q}, sum by (le) (rate({name}{{{matchers}}}[{rng}])))", False
+    raise UsageError(f'metric "{metric}" has no vLLM series')

@@ -18,14 +18,16 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ..errors import UsageError
-from ..scaler.errors import MetadataError
-from ..scaler.metadata import TriggerMetadata, parse_metadata
-from ..scaler.profiles import ProfileSet
+from ..scaling.errors import MetadataError
+from ..scaling.keys import ENGINE_METRICS
+from ..scaling.metadata import TriggerMetadata, parse_metadata
+from ..scaling.profiles import ProfileSet
 from ._yaml import Document, dump
 from .promql import (
     DEFAULT_SCRAPE_INTERVAL,
     LabelNames,
     aggregate,
+    engine_query,
     exact,
     per_gpu,
     series_for,
@@ -38,6 +40,10 @@ __all__ = ["MODES", "ScaledObjectOptions", "render_scaledobject", "scaledobject_
 Mode = Literal["external", "external-push", "prometheus"]
 MODES: tuple[Mode, ...] = ("external", "external-push", "prometheus")
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuscale-render"}
+
+
+# KEDA's fallback behaviours (ScaledObject spec.fallback.behavior, KEDA 2.15+)
+FALLBACK_BEHAVIORS = ("static", "currentReplicas", "currentReplicasIfHigher", "currentReplicasIfLower")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,10 +81,17 @@ class ScaledObjectOptions:
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
     pod_regex: str | None = None
     exported_labels: bool = False
+    # Prometheus's job of the agents' series (None: <release>-agent, as the chart's ServiceMonitor names it;
+    # "": not pinned), so that dcgm-exporter's series of the same names are not counted too.
+    agent_job: str | None = None
     vendor: str = "nvidia"
     scrape_interval: float = DEFAULT_SCRAPE_INTERVAL  # Prometheus's, of the agents: ranges are >= 2 of it
     # Profiles beyond the built-in ones (the scaler's --profiles file), to check --profile against.
     profiles: ProfileSet | None = None
+    # KEDA's fallback: after this many failed polls in a row, hold this many replicas (None: no fallback)
+    fallback_replicas: int | None = None
+    fallback_failure_threshold: int = 3
+    fallback_behavior: str = "static"
 
 
 def _metadata(o: ScaledObjectOptions) -> dict[str, str]:
@@ -132,6 +145,17 @@ def _check_common(o: ScaledObjectOptions) -> None:
     ):
         if value < (1 if flag == "--polling-interval" else 0):
             raise UsageError(f'{flag} "{value}" must be a number of seconds (at least 1)')
+    if o.fallback_replicas is not None and not o.min_replicas <= o.fallback_replicas <= o.max_replicas:
+        raise UsageError(
+            f'--fallback-replicas "{o.fallback_replicas}" must be between --min-replicas ({o.min_replicas}) '
+            f"and --max-replicas ({o.max_replicas})"
+        )
+    if o.fallback_failure_threshold < 1:
+        raise UsageError(f'--fallback-failure-threshold "{o.fallback_failure_threshold}" must be at least 1')
+    if o.fallback_behavior not in FALLBACK_BEHAVIORS:
+        raise UsageError(
+            f'--fallback-behavior "{o.fallback_behavior}" must be one of [{", ".join(FALLBACK_BEHAVIORS)}]'
+        )
     if o.mode == "prometheus" and (o.tls or o.tls_secret or o.tls_client_cert):
         raise UsageError("--tls, --tls-secret and --tls-client-cert are for --mode external or external-push")
     if o.tls_client_cert and not o.tls_secret:
@@ -196,10 +220,13 @@ def _prometheus_trigger(
     if o.vendor not in ("nvidia", "amd"):
         raise UsageError(f'--vendor "{o.vendor}" must be one of [amd, nvidia]')
     regex = check_regex(o.pod_regex) if o.pod_regex else target.pod_regex
+    if md.metric in ENGINE_METRICS:
+        return _engine_trigger(o, md, target, regex)
     labels = LabelNames(exported=o.exported_labels)
+    job = f"{o.release}-agent" if o.agent_job is None else o.agent_job
     expr = per_gpu(
         series_for(o.vendor, md.metric),
-        workload_matchers(o.namespace, regex, labels),
+        workload_matchers(o.namespace, regex, labels, job),
         md.window,
         scrape_interval=o.scrape_interval,
     )
@@ -235,6 +262,49 @@ def _prometheus_trigger(
     )
     if o.exported_labels:
         pods += " Labels are exported_* because Prometheus scrapes the agent with honorLabels false."
+    if job:
+        pods += f" job=\"{job}\": the agents' series, not dcgm-exporter's of the same names (--agent-job)."
+    return trigger, why, pods
+
+
+def _engine_trigger(
+    o: ScaledObjectOptions, md: TriggerMetadata, target: Target, regex: str
+) -> tuple[dict[str, Any], str, str]:
+    """The KEDA ``prometheus`` trigger users write today for an engine signal: vLLM's own series, scraped
+    from the engine pods by Prometheus (30-60 s behind the node-local path)."""
+    model = f',model_name="{md.model}"' if md.model else ""
+    matchers = f'namespace="{o.namespace}",pod=~"{regex}"{model}'
+    query, additive = engine_query(
+        md.metric, matchers, md.window, aggregation=md.aggregation, scrape_interval=o.scrape_interval
+    )
+    metadata = {
+        "serverAddress": o.prometheus_url,
+        "query": query,
+        "threshold": exact(md.target_value),
+        "activationThreshold": exact(md.activation_value),
+    }
+    if o.min_replicas >= 1:
+        metadata["ignoreNullValues"] = "false"
+    trigger = {
+        "type": "prometheus",
+        "name": "engine",
+        "metricType": "AverageValue" if additive else "Value",
+        "metadata": metadata,
+    }
+    if additive:
+        why = (
+            f"metricType AverageValue: the query is a total over the workload's engines ({md.metric}), and "
+            f"the HPA computes ceil(total / {md.target_value:g})."
+        )
+    else:
+        why = (
+            f"metricType Value: {md.metric} is a per-replica figure; the HPA computes "
+            f"ceil(ready pods x value / {md.target_value:g})."
+        )
+    pods = (
+        f'Pods are selected by name: pod=~"{regex}"; Prometheus must scrape the engine pods themselves (a '
+        "PodMonitor on their metrics port), which the gpuscale agent does not need."
+    )
     return trigger, why, pods
 
 
@@ -285,6 +355,21 @@ def scaledobject_documents(o: ScaledObjectOptions) -> list[Document]:
         },
         "triggers": [trigger],
     }
+    if o.fallback_replicas is not None:
+        fallback: dict[str, Any] = {
+            "failureThreshold": o.fallback_failure_threshold,
+            "replicas": o.fallback_replicas,
+        }
+        if o.fallback_behavior != "static":
+            fallback["behavior"] = o.fallback_behavior
+        spec["fallback"] = fallback
+        comment.append(
+            f"fallback: after {o.fallback_failure_threshold} failed polls in a row (gpuscale answers "
+            "UNAVAILABLE when the workload's GPU data is stale or missing, never a made-up 0) KEDA holds "
+            f"{o.fallback_replicas} replicas ({o.fallback_behavior}) until the trigger answers again. It "
+            "counts only failed GetMetrics: a scaler that cannot be reached at all fails GetMetricSpec first "
+            "and the fallback never starts (kedacore/keda#8056); the HPA then keeps the current replicas."
+        )
     so = {
         "apiVersion": "keda.sh/v1alpha1",
         "kind": "ScaledObject",

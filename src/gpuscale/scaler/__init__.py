@@ -1,18 +1,40 @@
-"""The KEDA external scaler.
+"""The KEDA external scaler service: cluster state fed by the agents, workload resolution, and
+``externalscaler.ExternalScaler`` answered from memory.
 
-Its pure core: ``metadata`` (trigger metadata parsed once into ``TriggerMetadata``, cached by
-``MetadataCache``), ``selector`` (label selectors), ``profiles`` (named defaults, built-in and from YAML),
-``aggregate`` (smoothing, aggregation and the value KEDA is given; time injected). No gRPC, no I/O except
-``load_profiles`` reading its file.
+What a trigger means (metadata, profiles, selectors, smoothing, aggregation, the value KEDA gets) lives in
+``gpuscale.scaling``, shared with the simulator; the names below are re-exported from there for callers
+that knew them here. ``load_profiles`` reads a profiles file (the I/O the pure core does not do).
 """
 
 from __future__ import annotations
 
-from .aggregate import Evaluation, GpuSeries, aggregate, evaluate, extractor, percentile, smooth
-from .errors import MetadataError, NoDataError, ProfileError, ScalerError, SelectorError
-from .metadata import MetadataCache, TriggerMetadata, metric_name, parse_metadata, target
-from .profiles import BUILTIN_PROFILES, Profile, ProfileSet, load_profiles
-from .selector import LabelSelector, Requirement, parse_selector
+from ..scaling import (
+    BUILTIN_PROFILES,
+    Evaluation,
+    GpuSeries,
+    LabelSelector,
+    MetadataCache,
+    MetadataError,
+    NoDataError,
+    Profile,
+    ProfileError,
+    ProfileSet,
+    Requirement,
+    ScalingError,
+    SelectorError,
+    TriggerMetadata,
+    aggregate,
+    evaluate,
+    extractor,
+    metric_name,
+    parse_metadata,
+    parse_selector,
+    percentile,
+    smooth,
+    target,
+)
+from .errors import ScalerError
+from .profiles_file import load_profiles
 
 __all__ = [
     "BUILTIN_PROFILES",
@@ -27,6 +49,7 @@ __all__ = [
     "ProfileSet",
     "Requirement",
     "ScalerError",
+    "ScalingError",
     "SelectorError",
     "TriggerMetadata",
     "aggregate",

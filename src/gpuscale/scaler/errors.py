@@ -1,80 +1,21 @@
-"""Errors of the KEDA external scaler's pure core.
+"""Errors of the KEDA external scaler service.
 
 Hierarchy::
 
     GpuscaleError
-    └── ScalerError              anything ``gpuscale.scaler`` raises on purpose
-        ├── MetadataError        trigger metadata is invalid; ``problems`` lists every problem found, each
-        │                        naming the key, the value and what is allowed (gRPC: INVALID_ARGUMENT)
-        ├── SelectorError        a label selector string is invalid; ``problems`` names each bad part
-        ├── ProfileError         a profiles file is invalid; ``problems`` names the profile and the field
-        └── NoDataError          no GPU in scope has a fresh sample of the metric (gRPC: UNAVAILABLE);
-                                 never answered with a made-up 0
-
-``MetadataError`` and ``ProfileError`` are raised only after every problem has been collected.
+    ├── ScalingError             the scaling core's (``gpuscale.scaling.errors``): MetadataError,
+    │                            SelectorError, ProfileError, NoDataError
+    └── ScalerError              anything the service raises on purpose (``status.py``: ScopeNotServed,
+                                 NotReady, EmptyPool, UnattributedPods, NoWorkloadSelector, …)
 """
 
 from __future__ import annotations
 
 from ..errors import GpuscaleError
+from ..scaling.errors import MetadataError, NoDataError, ProfileError, ScalingError, SelectorError
 
-__all__ = ["MetadataError", "NoDataError", "ProfileError", "ScalerError", "SelectorError"]
-
-_NOT_ON_MIG = frozenset({"gpu_utilization", "memory_utilization"})
+__all__ = ["MetadataError", "NoDataError", "ProfileError", "ScalerError", "ScalingError", "SelectorError"]
 
 
 class ScalerError(GpuscaleError):
-    """Base of the scaler's errors."""
-
-
-class MetadataError(ScalerError):
-    """Trigger metadata is invalid. The message is one line: ``invalid trigger metadata: p1; p2; …``."""
-
-    def __init__(self, problems: tuple[str, ...]) -> None:
-        self.problems = problems
-        super().__init__("invalid trigger metadata: " + "; ".join(problems))
-
-
-class SelectorError(ScalerError):
-    """A label selector string is invalid. Each problem names the bad requirement."""
-
-    def __init__(self, text: str, problems: tuple[str, ...]) -> None:
-        self.text = text
-        self.problems = problems
-        super().__init__(f'invalid label selector "{text}": ' + "; ".join(problems))
-
-
-class ProfileError(ScalerError):
-    """A profiles file is invalid. ``source`` names the file; ``problems`` lists every problem, in order."""
-
-    def __init__(self, problems: tuple[str, ...], *, source: str = "profiles") -> None:
-        self.problems = problems
-        self.source = source
-        count = len(problems)
-        head = f"{source}: {count} problem{'s' if count != 1 else ''}"
-        super().__init__(head + "".join(f"\n  {p}" for p in problems))
-
-
-class NoDataError(ScalerError):
-    """No GPU in scope has a usable sample. ``gpus`` counts the GPUs considered, ``stale`` those whose samples
-    are all older than ``staleAfter``, ``unsupported`` those whose fresh samples lack the metric."""
-
-    def __init__(self, metric: str, *, gpus: int, stale: int, unsupported: int, stale_after: float) -> None:
-        self.metric = metric
-        self.gpus = gpus
-        self.stale = stale
-        self.unsupported = unsupported
-        self.stale_after = stale_after
-        if gpus == 0:
-            detail = "no GPU in scope"
-        else:
-            detail = (
-                f"{gpus} GPU{'s' if gpus != 1 else ''} in scope: {stale} without a sample newer than "
-                f"{stale_after:g} s, {unsupported} not reporting the metric"
-            )
-        if unsupported and metric in _NOT_ON_MIG:
-            detail += (
-                " (NVML reports no utilization for MIG instances, nor for a GPU in MIG mode: on MIG, scale "
-                "on gr_engine_active or sm_active (Hopper and newer), or memory_used_percent)"
-            )
-        super().__init__(f'no data for metric "{metric}": {detail}')
+    """Base of the scaler service's own errors."""

@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from .._proto import agent_pb2
 from ..lifecycle import within
+from ..logs import configure_logging
 from .metrics import ScalerMetrics
 from .state import ClusterState
 from .subscriber import AgentPool, SubscriberSettings
@@ -89,6 +90,7 @@ class WorkerPool:
         workers: int,
         event_loop: str = "auto",
         log_level: str = "info",
+        log_format: str = "text",
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be at least 1, not {workers}")
@@ -97,6 +99,7 @@ class WorkerPool:
         self.metrics = metrics
         self.event_loop = event_loop
         self.log_level = log_level
+        self.log_format = log_format
         self.workers = [_Worker(k) for k in range(workers)]
         self.restarts = 0
         self._addresses: list[str] = []
@@ -190,6 +193,8 @@ class WorkerPool:
             self.event_loop,
             "--log-level",
             self.log_level,
+            "--log-format",
+            self.log_format,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
         )
@@ -317,12 +322,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--settings", required=True, help="SubscriberSettings as JSON")
     ap.add_argument("--event-loop", default="auto")
     ap.add_argument("--log-level", default="info")
+    ap.add_argument("--log-format", default="text")
     args = ap.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s[ingest]: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(args.log_level, args.log_format, process="ingest")
     run(_work(SubscriberSettings(**json.loads(args.settings))), args.event_loop)
     return 0
 

@@ -10,10 +10,10 @@ import grpc.aio
 from prometheus_client import CollectorRegistry
 
 from ..model import GpuSample
-from .aggregate import GpuSeries
-from .metadata import MetadataCache
+from ..scaling.aggregate import GpuSeries
+from ..scaling.metadata import MetadataCache
+from ..scaling.profiles import ProfileSet, Scope
 from .metrics import ScalerMetrics
-from .profiles import ProfileSet, Scope
 from .service import ExternalScalerService, add_external_scaler
 from .source import Query, Selection
 
@@ -79,6 +79,9 @@ class LocalNodeSource:
 
     def node_count(self) -> int:
         return 1
+
+    def follows(self, node: str) -> bool:
+        return node == self._state.node_name
 
     def feed(self, query: Query) -> _LocalFeed:
         return _LocalFeed(self._state)

@@ -51,6 +51,33 @@ class ScalerMetrics:
             "gpuscale_scaler_agent_updates", "Watch messages applied from agents", registry=registry
         )
         self._children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
+        self.missing_pods = Gauge(
+            "gpuscale_scaler_missing_pods",
+            "GPU pods of a workload without a fresh, attributed sample at its last call (its agent gone, no "
+            "device listed, share unknown), per ScaledObject",
+            ["namespace", "scaledobject"],
+            registry=registry,
+        )
+        self.trigger_value = Gauge(
+            "gpuscale_scaler_trigger_value",
+            "The value of a ScaledObject's last successful GetMetrics (what the HPA divides by the target)",
+            ["namespace", "scaledobject"],
+            registry=registry,
+        )
+        self.trigger_target = Gauge(
+            "gpuscale_scaler_trigger_target",
+            "The target of a ScaledObject's trigger, as GetMetricSpec gives it",
+            ["namespace", "scaledobject"],
+            registry=registry,
+        )
+        self.trigger_code = Gauge(
+            "gpuscale_scaler_trigger_code",
+            "The gRPC status code of a ScaledObject's last GetMetrics: 0 OK, 14 UNAVAILABLE, "
+            "3 INVALID_ARGUMENT, ...",
+            ["namespace", "scaledobject"],
+            registry=registry,
+        )
+        self._missing_keys: dict[tuple[str, str], None] = {}
         self.agent_reconnects = Counter(
             "gpuscale_scaler_agent_reconnects",
             "Agent Watch streams that ended and were retried",
@@ -67,6 +94,34 @@ class ScalerMetrics:
             children = self._children[key] = (self.requests.labels(method, code), self.latency.labels(method))
         children[0].inc()
         children[1].observe(seconds)
+
+    def set_missing(self, namespace: str, name: str, missing: int) -> None:
+        """``gpuscale_scaler_missing_pods`` of one ScaledObject."""
+        self._touch(namespace, name)
+        self.missing_pods.labels(namespace, name).set(missing)
+
+    def set_trigger(self, namespace: str, name: str, code: int, target: float, value: float | None) -> None:
+        """A ScaledObject's last ``GetMetrics``: its status code, target and (when answered) value."""
+        self._touch(namespace, name)
+        self.trigger_code.labels(namespace, name).set(code)
+        self.trigger_target.labels(namespace, name).set(target)
+        if value is not None:
+            self.trigger_value.labels(namespace, name).set(value)
+
+    def _touch(self, namespace: str, name: str, *, limit: int = 4096) -> None:
+        """At most ``limit`` ScaledObjects have per-object series (the least recently answered go first), so
+        churn cannot grow them without bound."""
+        key = (namespace, name)
+        self._missing_keys.pop(key, None)
+        self._missing_keys[key] = None
+        while len(self._missing_keys) > limit:
+            old = next(iter(self._missing_keys))
+            del self._missing_keys[old]
+            for gauge in (self.missing_pods, self.trigger_value, self.trigger_target, self.trigger_code):
+                try:
+                    gauge.remove(*old)
+                except KeyError:
+                    pass
 
     def agent_update(self) -> None:
         self.agent_updates.inc()

@@ -13,22 +13,22 @@ from typing import Any
 import grpc
 import grpc.aio
 from aiohttp import web
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
-from ..httpserve import make_app, serve_app
+from ..grpcserve import serve_grpc
+from ..httpserve import add_self_metrics, make_app, serve_app
 from ..lifecycle import cancel_tasks, within
-from ..netaddr import join_host_port, parse_host_port, split_address
-from ..tls import SERVER_OPTIONS, TlsFiles, add_server_port, server_credentials
+from ..netaddr import parse_host_port, split_address
+from ..scaling.metadata import MetadataCache
+from ..scaling.profiles import ProfileSet
+from ..tls import TlsFiles, server_credentials
 from .discovery import Discovery, DnsDiscovery, StaticDiscovery, follow
 from .ingest import WorkerPool
-from .metadata import MetadataCache
 from .metrics import ScalerMetrics
-from .profiles import ProfileSet
 from .service import SERVICE_NAME, ExternalScalerService, add_external_scaler
 from .state import ClusterState
 from .subscriber import AgentPool, SubscriberSettings
+from .wire import ScaledObjectKey
 
 __all__ = ["Scaler", "ScalerSettings", "TlsFiles", "server_credentials"]
 
@@ -50,7 +50,7 @@ class ScalerSettings:
     subscriber: SubscriberSettings = field(default_factory=SubscriberSettings)
     ingest_workers: int = 0  # > 0: read the agent streams in that many child processes (scaler/ingest.py)
     event_loop: str = "auto"  # of the ingest workers
-
+    log_format: str = "text"  # of the ingest workers (their level is the scaler's)
 
 
 class Scaler:
@@ -69,6 +69,7 @@ class Scaler:
     ) -> None:
         self.settings = settings
         self.registry = CollectorRegistry()
+        add_self_metrics(self.registry, "scaler")
         self.metrics = ScalerMetrics(self.registry)
         self.state = ClusterState(history_s=settings.history_s)
         subscriber = _with_history(settings.subscriber, settings.history_s)
@@ -81,6 +82,7 @@ class Scaler:
                 workers=settings.ingest_workers,
                 event_loop=settings.event_loop,
                 log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower(),
+                log_format=settings.log_format,
             )
         else:
             self.pool = AgentPool(self.state, subscriber, self.metrics)
@@ -97,6 +99,7 @@ class Scaler:
         self._tasks: list[asyncio.Task[None]] = []
         self._started = 0.0
         self._discovered = False
+        self._view_complete = False
         self.metrics.bind(
             agents_connected=lambda: self.pool.connected,
             agents_known=lambda: len(self.pool.addresses),
@@ -108,21 +111,30 @@ class Scaler:
         s = self.settings
         self._started = time.monotonic()
         resolver = None
+        pods = None
         if self._api is None and (s.kubeconfig is not None or s.in_cluster):
             from ..kube.pods import api_client_from
 
             self._api, self._own_api = await api_client_from(s.kubeconfig, s.in_cluster), True
         if self._api is not None:
+            from ..kube.workload_pods import WorkloadPodLister
             from ..kube.workloads import WorkloadResolver
 
             resolver = WorkloadResolver(self._api)
+            pods = WorkloadPodLister(self._api)
         else:
             log.warning(
                 "no Kubernetes API (--kubeconfig or in-cluster): workload scope works only with podSelector "
                 "in the trigger metadata"
             )
         self.service = ExternalScalerService(
-            self.state, metadata=self.metadata, resolver=resolver, metrics=self.metrics, clock=self._clock
+            self.state,
+            metadata=self.metadata,
+            resolver=resolver,
+            metrics=self.metrics,
+            clock=self._clock,
+            view_problem=self.view_problem,
+            pods=pods,
         )
         if isinstance(self.pool, WorkerPool):
             await self.pool.start()
@@ -156,31 +168,81 @@ class Scaler:
             await within(self._api.close(), 3.0, "the Kubernetes API client")
 
     async def _start_grpc(self, service: ExternalScalerService) -> None:
-        server = grpc.aio.server(options=SERVER_OPTIONS)
-        add_external_scaler(server, service)
-        health_servicer = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        names = [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME]
-        reflection.enable_server_reflection(names, server)
-        address = join_host_port(*split_address(self.settings.grpc_address))
-        self.grpc_port = add_server_port(server, address, self.settings.tls)
-        await server.start()
-        await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-        await health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
-        self._grpc = server
+        self._grpc, self.grpc_port = await serve_grpc(
+            self.settings.grpc_address,
+            [(SERVICE_NAME, lambda server: add_external_scaler(server, service))],
+            tls=self.settings.tls,
+        )
 
     async def _start_http(self) -> None:
-        app = make_app(self.registry, healthy=lambda: None, ready=self.ready_problem)
+        app = make_app(
+            self.registry,
+            healthy=lambda: None,
+            ready=self.ready_problem,
+            ready_detail=self.agents_detail,
+            routes=[("/explain", self._explain)],
+        )
         self._http, self.metrics_port = await serve_app(app, *split_address(self.settings.metrics_address))
 
+    async def _explain(self, request: web.Request) -> web.Response:
+        """``GET /explain?name=N&namespace=NS&m=key=value&m=...``: ``ExternalScalerService.explain`` as JSON
+        (``gpuscale query --explain``)."""
+        assert self.service is not None
+        q = request.query
+        metadata: dict[str, str] = {}
+        for item in q.getall("m", []):
+            name, sep, value = item.partition("=")
+            if not sep:
+                return web.json_response({"error": f'"m" value "{item}" must be KEY=VALUE'}, status=400)
+            metadata[name] = value
+        ref = ScaledObjectKey(q.get("name", ""), q.get("namespace", ""), metadata)
+        return web.json_response(await self.service.explain(ref))
+
+    def agents_detail(self, most: int = 20) -> str:
+        """For ``/readyz``: how many agents are followed and, by address, those that are not, with the newest
+        failure (ready or not: one unreachable agent does not take a replica out of KEDA's rotation)."""
+        known, connected = len(self.pool.addresses), self.pool.connected
+        if connected >= known:
+            return f"{connected} of {known} agents connected"
+        not_connected = getattr(self.pool, "not_connected", None)
+        if not_connected is None:  # ingest workers: the addresses are in their logs
+            return f"{connected} of {known} agents connected; the ingest workers' logs name the others"
+        lines = [f"{connected} of {known} agents connected; not connected:"]
+        items = list(not_connected().items())
+        for address, error in items[:most]:
+            lines.append(f"  {address}: {error or 'connecting (no attempt has failed yet)'}")
+        if len(items) > most:
+            lines.append(f"  and {len(items) - most} more")
+        return "\n".join(lines)
+
     def ready_problem(self) -> str | None:
-        """Ready once every discovered agent has sent its state, or ``ready_grace_s`` after start."""
+        """Ready once every discovered agent has sent its complete state, or ``ready_grace_s`` after start."""
+        return self.view_problem()
+
+    def view_problem(self) -> str | None:
+        """Why the scaler's view of the cluster is not complete yet, or ``None``. Until every discovered agent
+        has sent its complete state, or ``ready_grace_s`` has passed since start (those that have not are
+        given up), ``GetMetrics`` and ``IsActive`` answer ``UNAVAILABLE``: a restarted scaler never answers
+        from part of the cluster."""
+        if self._view_complete:
+            return None  # complete once: from then on a node going away is the missing-pod rule's
         if not self._discovered:
             return "agents not discovered yet"
-        if time.monotonic() - self._started >= self.settings.ready_grace_s:
+        grace = self.settings.ready_grace_s
+        if time.monotonic() - self._started >= grace:
+            self._view_complete = True
             return None
         known, connected = len(self.pool.addresses), self.pool.connected
-        return None if connected >= known else f"{connected} of {known} agents have sent their state"
+        if connected < known:
+            return f"{connected} of {known} agents have sent their state (waiting at most {grace:g} s)"
+        incomplete = self.state.incomplete_nodes
+        if incomplete:
+            return (
+                f"the agents of {', '.join(incomplete)} have not read their pods yet (waiting at most "
+                f"{grace:g} s)"
+            )
+        self._view_complete = True
+        return None
 
 
 def _with_history(settings: SubscriberSettings, history_s: float) -> SubscriberSettings:

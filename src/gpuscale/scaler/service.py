@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
+import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar
 
 import grpc
@@ -32,13 +32,16 @@ import grpc.aio
 
 from .._proto import externalscaler_pb2 as pb
 from .._proto import externalscaler_pb2_grpc as pb_grpc
-from .aggregate import Evaluation, evaluate
+from ..scaling.aggregate import Evaluation, extractor, smooth
+from ..scaling.answer import GpuPod, answer
+from ..scaling.errors import MissingPods
+from ..scaling.keys import ENGINE_METRICS
+from ..scaling.metadata import MetadataCache, TriggerMetadata, metric_name, target
+from ..scaling.selector import LabelSelector, parse_selector
 from .errors import MetadataError, SelectorError
-from .metadata import MetadataCache, TriggerMetadata, metric_name, target
 from .metrics import ScalerMetrics
-from .selector import LabelSelector, parse_selector
 from .source import ChangeFeed, GpuSource, Query
-from .status import EmptyPool, NotReady, NoWorkloadSelector, ScopeNotServed, UnattributedPods, status_code
+from .status import EmptyPool, NotReady, NoWorkloadSelector, ScopeNotServed, status_code
 from .wire import (
     ScaledObjectKey,
     is_active_response,
@@ -54,11 +57,9 @@ log = logging.getLogger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ExternalScaler"].full_name
 _T = TypeVar("_T")
 _Context = grpc.aio.ServicerContext[object, object]
-_NO_PODS = Evaluation(
-    value=0.0, aggregate=0.0, active=False, gpus=0, pods=0, skipped=0, newest_sample_age=math.inf
-)
 _WAIT_CODES = (grpc.StatusCode.UNAVAILABLE,)
 _MAX_SELECTORS = 4096
+_MISSING_LOG_EVERY_S = 60.0
 # The status message travels percent-encoded in a trailer (up to 3 bytes per byte); gRPC clients drop a call
 # whose trailers pass 8-16 KiB (RESOURCE_EXHAUSTED "received metadata size exceeds hard limit").
 _MAX_DETAILS_BYTES = 2000
@@ -70,6 +71,22 @@ class SelectorResolver(Protocol):
     async def selector(self, namespace: str, name: str) -> str: ...
 
 
+class PodLister(Protocol):
+    """``kube.workload_pods.WorkloadPodLister``: a workload's GPU pods as the Kubernetes API lists them."""
+
+    def cached(self, namespace: str, selector: str) -> Sequence[ApiPod] | None: ...
+
+    async def refresh(self, namespace: str, selector: str) -> None: ...
+
+
+class ApiPod(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def node(self) -> str: ...
+
+
 class ExternalScalerService(pb_grpc.ExternalScalerServicer):
     def __init__(
         self,
@@ -79,13 +96,18 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         resolver: SelectorResolver | None = None,
         metrics: ScalerMetrics | None = None,
         clock: Callable[[], float] = time.time,
+        view_problem: Callable[[], str | None] | None = None,
+        pods: PodLister | None = None,
     ) -> None:
         self.source = source
+        self.pods = pods
+        self._view_problem = view_problem
         self.metadata = metadata or MetadataCache()
         self.resolver = resolver
         self.metrics = metrics
         self._clock = clock
         self._selectors: dict[str, LabelSelector] = {}
+        self._missing_logged: dict[tuple[str, str], float] = {}
 
     # -- the four calls --------------------------------------------------------------------------------
     async def GetMetricSpec(self, request: pb.ScaledObjectRef, context: _Context) -> pb.GetMetricSpecResponse:
@@ -99,7 +121,15 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         async def answer() -> pb.GetMetricsResponse:
             key = scaled_object_key(request.scaledObjectRef)
             md = self._parse(key)
-            result = self.evaluate(md, await self.query(key, md), key=key)
+            try:
+                result = self.evaluate(md, await self.query(key, md), key=key)
+            except Exception as e:
+                if self.metrics is not None and key.name:
+                    code = status_code(e).value[0]
+                    self.metrics.set_trigger(key.namespace, key.name, code, target(md), None)
+                raise
+            if self.metrics is not None and key.name:
+                self.metrics.set_trigger(key.namespace, key.name, 0, target(md), result.value)
             return metric_value_response(request.metricName or metric_name(md), result.value)
 
         return await self._unary("GetMetrics", context, answer)
@@ -176,6 +206,7 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
             raise MetadataError(
                 ('the ScaledObjectRef has no namespace and parameter "namespace" is not set; give one',)
             )
+        _check_ref(key)
         selector = md.pod_selector
         if selector is None:
             if self.resolver is None:
@@ -185,6 +216,8 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
                     "in the trigger metadata"
                 )
             selector = self._selector(key, await self.resolver.selector(key.namespace, key.name))
+        if self.pods is not None:
+            await self.pods.refresh(namespace, str(selector))
         return Query("workload", namespace, selector)
 
     def evaluate(
@@ -196,19 +229,154 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
     ) -> Evaluation:
         """Evaluate ``md`` over the GPUs of ``query`` now; raise ``NoDataError``/``NotReady`` without data."""
         problem = self.source.problem()
+        if problem is None and self._view_problem is not None:
+            problem = self._view_problem()
+            if problem is not None:
+                problem = f"the scaler's view of the cluster is not complete yet: {problem}"
         if problem is not None:
             raise NotReady(problem)
         selection = self.source.select(query)
         if feed is not None:
             feed.follow(selection.uuids)
-        if query.scope == "workload" and not selection.series:
-            if selection.gpu_pods:  # pods that ask for a GPU, none attributed: not a 0
-                where = f"ScaledObject {key.namespace}/{key.name}" if key is not None else "the workload"
-                raise UnattributedPods(where, selection.gpu_pods)
-            return _NO_PODS
         if query.scope == "pool" and not selection.series:
             raise EmptyPool(query.node_selector, self.source.node_count())
-        return evaluate(md, selection.series, now=self._clock())
+        where = f"ScaledObject {key.namespace}/{key.name}" if key is not None else "the workload"
+        gpu_pods = selection.gpu_pods
+        if query.scope == "workload" and self.pods is not None:
+            gpu_pods = self._with_api_pods(query, gpu_pods)
+        try:
+            result = answer(
+                md,
+                selection.series,
+                now=self._clock(),
+                gpu_pods=gpu_pods,
+                workload=where,
+                engines=selection.engines,
+            )
+        except MissingPods as e:
+            self._note_missing(key, e.missing, str(e))
+            raise
+        if query.scope == "workload":
+            self._note_missing(key, result.missing, ", ".join(result.missing_where))
+        return result
+
+    async def explain(self, key: ScaledObjectKey) -> dict[str, object]:
+        """What a ScaledObject resolved to and how its answer came about, for people (``query --explain``):
+        its pods and their nodes, each GPU's smoothed value, sample count and newest sample's age, which were
+        left out and why, the missing pods, and the answer (or the error KEDA gets)."""
+        out: dict[str, object] = {"scaledObject": f"{key.namespace}/{key.name}"}
+        try:
+            md = self._parse(key)
+            query = await self.query(key, md)
+        except Exception as e:
+            out["error"] = {"code": status_code(e).name, "message": str(e)}
+            return out
+        out["metadata"] = {
+            "metric": md.metric,
+            "aggregation": md.aggregation,
+            "targetValue": md.target_value,
+            "window": md.window,
+            "staleAfter": md.stale_after,
+            "scope": md.scope,
+            "profile": md.profile,
+        }
+        out["query"] = {
+            "scope": query.scope,
+            "namespace": query.namespace,
+            "podSelector": str(query.pod_selector) if query.pod_selector is not None else None,
+            "nodeSelector": str(query.node_selector) if query.node_selector is not None else None,
+        }
+        now = self._clock()
+        selection = self.source.select(query)
+        gpus: list[dict[str, object]] = []
+        for series in selection.series:
+            gpu: dict[str, object] = {"uuid": series.uuid, "pod": series.pod}
+            if md.metric in ENGINE_METRICS:
+                gpus.append(gpu)
+                continue
+            extract = extractor(md.metric, md.share, series.pids)
+            smoothed = smooth(series.samples, extract, now=now, window=md.window, stale_after=md.stale_after)
+            if smoothed is None:
+                newest = series.samples[-1].timestamp if len(series.samples) else None
+                gpu["leftOut"] = (
+                    "no sample of the metric newer than staleAfter"
+                    if newest is None or now - newest > md.stale_after
+                    else "its fresh samples do not report the metric"
+                )
+                gpu["newestSampleAge"] = None if newest is None else round(now - newest, 3)
+            else:
+                gpu["value"] = smoothed.value
+                gpu["samples"] = smoothed.samples
+                gpu["newestSampleAge"] = round(smoothed.newest_age, 3)
+            gpus.append(gpu)
+        out["gpus"] = gpus
+        out["gpuPods"] = [
+            {"pod": p.name, "node": p.node, "agentConnected": p.connected} for p in selection.gpu_pods
+        ]
+        if selection.engines:
+            out["engines"] = [
+                {"pod": e.pod, "readings": len(e.samples), "missing": e.missing} for e in selection.engines
+            ]
+        try:
+            result = self.evaluate(md, query, key=key)
+        except Exception as e:
+            out["error"] = {"code": status_code(e).name, "message": str(e)}
+            return out
+        out["answer"] = {
+            "value": result.value,
+            "aggregate": result.aggregate,
+            "active": result.active,
+            "pods": result.pods,
+            "missingPods": result.missing,
+            "missingWhere": list(result.missing_where),
+        }
+        return out
+
+    def _with_api_pods(self, query: Query, known: tuple[GpuPod, ...]) -> tuple[GpuPod, ...]:
+        """The workload's GPU pods: those the Kubernetes API lists Running (the agents' word where they
+        reported them; not reported: missing), and those the agents report that the last list predates.
+        Without a list (none yet, or the API failing): the agents' view alone."""
+        assert self.pods is not None
+        listed = self.pods.cached(query.namespace or "", str(query.pod_selector or ""))
+        if listed is None:
+            return known
+        by_name = {p.name: p for p in known}
+        names = {p.name for p in listed}
+        out: list[GpuPod] = []
+        for p in listed:
+            if p.name in by_name:
+                out.append(by_name[p.name])
+            elif not self.source.follows(p.node):  # its node's agent cannot say: missing
+                out.append(GpuPod(p.name, p.node, connected=False, reported=False))
+            # else: a connected agent's live pod watch no longer has it (deleted since the list)
+        # a pod a connected agent reports that the list does not have is newer than the list; one only a
+        # stale or forgotten node's agent last reported, which the API no longer lists Running, is gone
+        out.extend(p for p in known if p.name not in names and p.connected)
+        return tuple(out)
+
+    def _note_missing(self, key: ScaledObjectKey | None, missing: int, why: str) -> None:
+        """The missing-pods gauge, and a warning naming where and why, at most once a minute per object."""
+        if key is None:
+            return
+        if self.metrics is not None:
+            self.metrics.set_missing(key.namespace, key.name, missing)
+        if not missing:
+            self._missing_logged.pop((key.namespace, key.name), None)
+            return
+        now = time.monotonic()
+        last = self._missing_logged.get((key.namespace, key.name))
+        if last is None or now - last >= _MISSING_LOG_EVERY_S:
+            self._missing_logged[(key.namespace, key.name)] = now
+            if len(self._missing_logged) > _MAX_SELECTORS:
+                self._missing_logged.clear()
+            log.warning(
+                "ScaledObject %s/%s: %d GPU pods without a fresh sample%s; answering as the HPA counts pods "
+                "without metrics (never a scale-down because data is missing)",
+                key.namespace,
+                key.name,
+                missing,
+                f" ({why})" if why else "",
+            )
 
     def _selector(self, key: ScaledObjectKey, text: str) -> LabelSelector:
         selector = self._selectors.get(text)
@@ -246,6 +414,29 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
             await context.abort(code, _details(f"internal error in {method}: {type(e).__name__}: {e}"))
         log.debug("%s: %s: %s", method, code.name, e)
         await context.abort(code, _details(str(e)))
+
+
+# What the API server accepts: a ScaledObject's name is a DNS subdomain, its namespace a DNS label. Anything
+# else never reaches a request path (where it would travel unescaped).
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _check_ref(key: ScaledObjectKey) -> None:
+    """``INVALID_ARGUMENT`` for a ScaledObjectRef whose name or namespace no Kubernetes object can have."""
+    problems = []
+    if key.namespace and not _LABEL.match(key.namespace):
+        problems.append(
+            f"the ScaledObjectRef's namespace {key.namespace[:100]!r} is not a Kubernetes namespace name "
+            "(1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit)"
+        )
+    if not key.name or len(key.name) > 253 or not _SUBDOMAIN.match(key.name):
+        problems.append(
+            f"the ScaledObjectRef's name {key.name[:100]!r} is not a Kubernetes object name (at most 253 "
+            "lowercase letters, digits, '-' and '.', starting and ending with a letter or digit)"
+        )
+    if problems:
+        raise MetadataError(tuple(problems))
 
 
 def _details(text: str) -> str:

@@ -11,9 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from .aggregate import GpuSeries
-from .profiles import Scope
-from .selector import LabelSelector
+from ..scaling.aggregate import GpuSeries
+from ..scaling.answer import GpuPod
+from ..scaling.engine import EngineSeries
+from ..scaling.profiles import Scope
+from ..scaling.selector import LabelSelector
 
 __all__ = ["ChangeFeed", "GpuSource", "Query", "Selection"]
 
@@ -32,12 +34,13 @@ class Query:
 @dataclass(frozen=True, slots=True)
 class Selection:
     """``series`` to evaluate; ``pods``: the workload's pods found (0 with no pods: the value is 0), of which
-    ``gpu_pods`` ask for a GPU (as their agents report it)."""
+    ``gpu_pods`` ask for a GPU (as their agents report it), on connected, stale or forgotten nodes."""
 
     series: tuple[GpuSeries, ...]
     pods: int = 0
     uuids: frozenset[str] = frozenset()
-    gpu_pods: int = 0
+    gpu_pods: tuple[GpuPod, ...] = ()
+    engines: tuple[EngineSeries, ...] = ()  # workload scope: each GPU pod's engine, as its agent reads it
 
 
 class ChangeFeed(Protocol):
@@ -61,5 +64,9 @@ class GpuSource(Protocol):
 
     def node_count(self) -> int:
         """How many nodes this source follows."""
+
+    def follows(self, node: str) -> bool:
+        """Whether the agent of ``node`` is streaming its complete view (its word on the node's pods is
+        live)."""
 
     def feed(self, query: Query) -> ChangeFeed: ...

@@ -23,11 +23,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .._proto import agent_pb2
-from ..convert import device_from_pb, pod_from_pb, sample_row_from_pb
-from ..model import DeviceInfo, PodInfo
-from .aggregate import GpuSeries
-from .profiles import Scope
-from .ring import SampleRing
+from ..convert import device_from_pb, engine_reading_from_pb, pod_from_pb, sample_row_from_pb
+from ..model import DeviceInfo, EngineSample, PodInfo
+from ..scaling.aggregate import GpuSeries
+from ..scaling.answer import GpuPod
+from ..scaling.engine import EngineSeries
+from ..scaling.profiles import Scope
+from ..scaling.ring import SampleRing
 from .source import Query, Selection
 
 __all__ = ["ClusterState", "NodeStatus"]
@@ -38,7 +40,7 @@ _MAX_CACHED = 8192
 
 
 class _Gpu:
-    __slots__ = ("device", "error", "node", "owners", "pods", "samples")
+    __slots__ = ("carried", "device", "error", "node", "owners", "pods", "samples")
 
     def __init__(self, node: str, device: DeviceInfo, maxlen: int) -> None:
         self.node = node
@@ -47,11 +49,34 @@ class _Gpu:
         self.error = ""
         self.pods: tuple[PodKey, ...] = ()
         self.owners: dict[int, PodKey] = {}  # pid → pod, from the newest sample
+        self.carried = False  # its holders are a restarted agent's predecessor's, not confirmed yet
 
     def pids_of(self, pod: PodKey) -> frozenset[int] | None:
         if self.owners:
             return frozenset(pid for pid, owner in self.owners.items() if owner == pod)
         return None if len(self.pods) == 1 else frozenset()
+
+
+class _Engine:
+    """What the scaler holds of one GPU pod's inference engine: recent readings, and the newest failure."""
+
+    __slots__ = ("missing", "node", "readings")
+
+    def __init__(self, node: str, maxlen: int) -> None:
+        self.node = node
+        self.readings: collections.deque[EngineSample] = collections.deque(maxlen=maxlen)
+        self.missing: tuple[str, str, float] | None = None  # (reason, detail, at)
+
+    def take(self, e: agent_pb2.EngineState) -> None:
+        for r in e.readings:
+            self.readings.append(engine_reading_from_pb(r))
+        newest = self.readings[-1].timestamp if self.readings else -1.0
+        if e.missing_reason:
+            self.missing = (e.missing_reason, e.missing_detail, e.missing_at)
+        elif e.readings:
+            self.missing = None
+        if self.missing is not None and self.missing[2] < newest:
+            self.missing = None  # read again since
 
 
 @dataclass(slots=True)
@@ -64,6 +89,12 @@ class _Node:
     connected: bool = True
     last_message: float = 0.0  # monotonic
     disconnected_at: float = 0.0  # monotonic
+    # a restarted agent whose view is not complete yet: the pods and attributions of its predecessor are kept
+    carried: bool = False
+    # an agent whose view is not complete yet, with no predecessor to carry from: its pods are not known
+    incomplete: bool = False
+    engines_supported: bool = False  # an older agent reads no engines
+    engines: dict[PodKey, _Engine] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +137,10 @@ class ClusterState:
         self._gpus_by_pod: dict[PodKey, dict[str, _Gpu]] = {}
         self._pods_by_ns: dict[str, dict[str, PodInfo]] = {}
         self._pod_nodes: dict[PodKey, set[str]] = {}
+        # GPU pods of forgotten nodes, by namespace: name -> (node, pod, monotonic time forgotten). They stay
+        # missing pods of their workloads (never a silent 0) until an agent reports them again or another
+        # forget_after passes.
+        self._forgotten: dict[str, dict[str, tuple[str, PodInfo, float]]] = {}
         self._ns_version: collections.Counter[str] = collections.Counter()
         self._version = 0  # bumped when a node is replaced, added or forgotten
         self._cache: dict[Query, tuple[int, int, Selection]] = {}
@@ -151,16 +186,29 @@ class ClusterState:
         ns = query.namespace or ""
         selector = query.pod_selector
         series: list[GpuSeries] = []
-        pods = gpu_pods = 0
+        gpu_pods: list[GpuPod] = []
+        engines: list[EngineSeries] = []
+        pods = 0
         for name, info in self._pods_by_ns.get(ns, {}).items():
             if selector is not None and not selector.matches(info.labels):
                 continue
             pods += 1
-            gpu_pods += info.wants_gpu is True
             key = (ns, name)
+            if info.wants_gpu is True:
+                nodes = sorted(self._pod_nodes.get(key, ()))
+                node = self._nodes.get(nodes[0]) if nodes else None
+                connected = any(n in self._nodes and self._nodes[n].connected for n in nodes)
+                gpu_pods.append(GpuPod(f"{ns}/{name}", node.name if node else "?", connected))
+                if node is not None:
+                    engines.append(_engine_series(node, key))
             for uuid, gpu in self._gpus_by_pod.get(key, {}).items():
                 series.append(GpuSeries(uuid, gpu.samples, pod=f"{ns}/{name}", pids=gpu.pids_of(key)))
-        return Selection(tuple(series), pods, frozenset(s.uuid for s in series), gpu_pods)
+        for name, (node_name, info, _) in self._forgotten.get(ns, {}).items():
+            if selector is None or selector.matches(info.labels):
+                pods += 1
+                gpu_pods.append(GpuPod(f"{ns}/{name}", node_name, connected=False, forgotten=True))
+        uuids = frozenset(s.uuid for s in series)
+        return Selection(tuple(series), pods, uuids, tuple(gpu_pods), tuple(engines))
 
     def _select_pool(self, query: Query) -> Selection:
         selector = query.node_selector
@@ -214,6 +262,10 @@ class ClusterState:
     def node_count(self) -> int:
         return len(self._nodes)
 
+    def follows(self, node: str) -> bool:
+        n = self._nodes.get(node)
+        return n is not None and n.connected and not n.incomplete
+
     def nodes(self) -> list[NodeStatus]:
         now = self._monotonic()
         return [
@@ -252,6 +304,7 @@ class ClusterState:
         if node is not None and node.agent_id == agent_id and node.connected:
             node.connected = False
             node.disconnected_at = self._monotonic()
+            self._version += 1  # its pods are now missing pods of their workloads
             self._wake(set(node.gpus), set(), False)
 
     def sweep(self, forget_after: float) -> list[str]:
@@ -261,29 +314,64 @@ class ClusterState:
             n.name for n in self._nodes.values() if not n.connected and now - n.disconnected_at > forget_after
         ]
         for name in gone:
-            self._unindex_node(self._nodes.pop(name))
+            node = self._nodes.pop(name)
+            self._unindex_node(node)
             self._node_labels.pop(name, None)
-        if gone:
+            for (ns, pod), info in node.pods.items():
+                if info.wants_gpu is True and (ns, pod) not in self._pod_nodes:
+                    self._forgotten.setdefault(ns, {})[pod] = (name, info, now)
+        expired = False
+        for ns in list(self._forgotten):
+            kept = {k: v for k, v in self._forgotten[ns].items() if now - v[2] <= forget_after}
+            expired = expired or len(kept) != len(self._forgotten[ns])
+            if kept:
+                self._forgotten[ns] = kept
+            else:
+                del self._forgotten[ns]
+        if gone or expired:
             self._bump_all()
         return gone
+
+    @property
+    def incomplete_nodes(self) -> list[str]:
+        """Nodes whose agent has not yet read its pods and the kubelet, with nothing known from before."""
+        return sorted(n.name for n in self._nodes.values() if n.incomplete)
+
+    @property
+    def forgotten_pods(self) -> int:
+        """GPU pods of forgotten nodes still counted as missing."""
+        return sum(len(v) for v in self._forgotten.values())
 
     def _snapshot(self, msg: agent_pb2.NodeUpdate, old: _Node | None) -> None:
         if old is not None:
             self._unindex_node(old)
         interval = msg.interval_seconds if msg.interval_seconds > 0 else 1.0
         node = _Node(msg.node_name, msg.agent_id, interval, last_message=self._monotonic())
+        # An agent that has not read its pods and the kubelet yet (just restarted) says so: keep what its
+        # predecessor said of them until it has, so a restart changes no answer.
+        carry = old is not None and msg.HasField("complete") and not msg.complete
+        node.carried = carry
+        node.incomplete = not carry and msg.HasField("complete") and not msg.complete
         maxlen = max(2, int(self.history_s / interval) + 2)
         for g in msg.gpus:
             gpu = _Gpu(node.name, device_from_pb(g.device), maxlen)
             node.gpus[gpu.device.uuid] = gpu
             self._gpu_state(gpu, g)
+            if carry and not gpu.pods:
+                before = old.gpus.get(gpu.device.uuid) if old is not None else None
+                if before is not None and before.pods:
+                    gpu.pods, gpu.owners, gpu.carried = before.pods, dict(before.owners), True
             self._index_gpu(gpu)
-        for p in msg.pods:
-            info = pod_from_pb(p)
+        pods = old.pods.values() if carry and old is not None else (pod_from_pb(p) for p in msg.pods)
+        for info in pods:
             node.pods[(info.namespace, info.name)] = info
             self._index_pod(node.name, info)
         if msg.node_labels:  # none: the agent has not read its Node yet (just started): keep what was known
             self._take_labels(node.name, msg.node_labels)
+        node.engines_supported = msg.engines_supported
+        for e in msg.engines:
+            engine = node.engines[(e.namespace, e.pod)] = _Engine(node.name, maxlen)
+            engine.take(e)
         self._nodes[node.name] = node
         self._bump_all()
 
@@ -292,6 +380,16 @@ class ClusterState:
         uuids: set[str] = set()
         maxlen = max(2, int(self.history_s / node.interval) + 2)
         added = False
+        if node.incomplete and msg.HasField("complete") and msg.complete:
+            node.incomplete = False
+        if node.carried and msg.HasField("complete") and msg.complete:
+            node.carried = False  # the new agent's view is whole: from here on its word is the node's
+            for held in node.gpus.values():
+                if held.carried:  # the new agent never named a holder: it has none
+                    self._unindex_gpu(held)
+                    held.pods, held.owners, held.carried = (), {}, False
+            self._version += 1
+            added = True
         for g in msg.gpus:
             uuid = g.device.uuid
             uuids.add(uuid)
@@ -302,12 +400,16 @@ class ClusterState:
                 added = True
             pods, owners = gpu.pods, gpu.owners
             self._gpu_state(gpu, g)
+            if node.carried and not gpu.pods:  # not attributed yet by the new agent: keep the carried one
+                gpu.pods, gpu.owners = pods, owners
+            elif gpu.pods:
+                gpu.carried = False
             if gpu.pods != pods or gpu.owners != owners:  # who holds the GPU changed: re-index it
                 self._unindex_gpu(gpu, pods)
                 self._index_gpu(gpu)
                 namespaces.update(ns for ns, _ in (*pods, *gpu.pods))
                 namespaces.update(ns for ns, _ in (*owners.values(), *gpu.owners.values()))
-        if msg.pods_changed:
+        if msg.pods_changed and not node.carried:
             new = {(p.namespace, p.name): pod_from_pb(p) for p in msg.pods}
             for key, info in node.pods.items():
                 if new.get(key) != info:
@@ -318,6 +420,13 @@ class ClusterState:
                     self._index_pod(node.name, info)
                     namespaces.add(key[0])
             node.pods = new
+        for e in msg.engines:
+            key = (e.namespace, e.pod)
+            engine = node.engines.get(key)
+            if engine is None:
+                engine = node.engines[key] = _Engine(node.name, maxlen)
+            engine.take(e)
+            namespaces.add(e.namespace)
         if msg.node_labels_changed and self._take_labels(node.name, msg.node_labels):
             self._version += 1  # which nodes a pool selects may have changed
             added = True
@@ -354,6 +463,9 @@ class ClusterState:
 
     def _index_pod(self, node: str, info: PodInfo) -> None:
         key = (info.namespace, info.name)
+        lost = self._forgotten.get(info.namespace)
+        if lost is not None and lost.pop(info.name, None) is not None and not lost:
+            del self._forgotten[info.namespace]
         self._pods_by_ns.setdefault(info.namespace, {})[info.name] = info
         self._pod_nodes.setdefault(key, set()).add(node)
 
@@ -397,6 +509,24 @@ class ClusterState:
             woken = found
         for f in woken:
             f.event.set()
+
+
+def _engine_series(node: _Node, key: PodKey) -> EngineSeries:
+    """A pod's engine as its node's agent last said it (live readings), or why there is nothing to say."""
+    pod = f"{key[0]}/{key[1]}"
+    if not node.engines_supported:
+        return EngineSeries(pod, (), f"the agent of {node.name} reads no engines (upgrade gpuscale agent)")
+    engine = node.engines.get(key)
+    if engine is None:
+        return EngineSeries(
+            pod, (), "no engine endpoint (annotate the pod gpuscale.io/metrics-port, or prometheus.io/scrape)"
+        )
+    if engine.missing is not None:
+        reason, detail, _ = engine.missing
+        return EngineSeries(
+            pod, engine.readings, f"engine not read: {reason}" + (f" ({detail})" if detail else "")
+        )
+    return EngineSeries(pod, engine.readings)
 
 
 def _discard(index: dict[str, set[_Feed]], key: str, f: _Feed) -> None:

@@ -5,10 +5,11 @@ Hierarchy (under ``ScalerError``, see ``errors.py``)::
     ScalerError
     ├── MetadataError        → INVALID_ARGUMENT   (errors.py)
     ├── NoDataError          → UNAVAILABLE        (errors.py)
+    ├── UnattributedPods     → UNAVAILABLE        (gpuscale.scaling.errors)
+    ├── MissingPods          → UNAVAILABLE        (gpuscale.scaling.errors)
     ├── ScopeNotServed       → INVALID_ARGUMENT   this server does not answer the trigger's scope
     ├── NotReady             → UNAVAILABLE        no agent has reported yet
     ├── EmptyPool            → UNAVAILABLE        pool scope: no node with GPUs matches the nodeSelector
-    ├── UnattributedPods     → UNAVAILABLE        workload scope: its pods run on GPU nodes, no GPU is theirs
     └── NoWorkloadSelector   → FAILED_PRECONDITION  workload scope without podSelector and no Kubernetes API
 
 ``WorkloadResolutionError`` (kube) maps to UNAVAILABLE when the API server did not answer or failed (0, 429,
@@ -20,9 +21,10 @@ from __future__ import annotations
 import grpc
 
 from ..kube.errors import KubeApiError
-from .errors import MetadataError, NoDataError, ScalerError
+from ..scaling.errors import MetadataError, MissingPods, NoDataError, UnattributedPods
+from .errors import ScalerError
 
-__all__ = ["EmptyPool", "NoWorkloadSelector", "NotReady", "ScopeNotServed", "UnattributedPods", "status_code"]
+__all__ = ["EmptyPool", "NoWorkloadSelector", "NotReady", "ScopeNotServed", "status_code"]
 
 
 class ScopeNotServed(ScalerError):
@@ -48,22 +50,6 @@ class EmptyPool(ScalerError):
         )
 
 
-class UnattributedPods(ScalerError):
-    """Workload scope: the workload's pods run on nodes the agents follow, yet no GPU is attributed to any of
-    them. Never a made-up 0 (which would scale the workload down): the agents may not be able to tell which
-    GPUs the pods hold, or the pods have just started."""
-
-    def __init__(self, workload: str, pods: int) -> None:
-        self.pods = pods
-        runs = "run" if pods != 1 else "runs"
-        super().__init__(
-            f"{workload}: {pods} pod{'s' if pods != 1 else ''} asking for a GPU {runs} on GPU nodes, but no "
-            "GPU is attributed to any of them. Either they have just started (the agents ask the kubelet "
-            "every few seconds), or the agents cannot tell which GPUs they hold: see the agents' logs (the "
-            "kubelet's PodResources socket; for GPUs from ResourceClaims, the node's ResourceSlices)"
-        )
-
-
 class NoWorkloadSelector(ScalerError):
     """Workload scope needs the ScaledObject's target from the Kubernetes API, and there is none."""
 
@@ -71,7 +57,7 @@ class NoWorkloadSelector(ScalerError):
 def status_code(e: BaseException) -> grpc.StatusCode:
     if isinstance(e, MetadataError | ScopeNotServed):
         return grpc.StatusCode.INVALID_ARGUMENT
-    if isinstance(e, NoDataError | NotReady | EmptyPool | UnattributedPods):
+    if isinstance(e, NoDataError | NotReady | EmptyPool | UnattributedPods | MissingPods):
         return grpc.StatusCode.UNAVAILABLE
     if isinstance(e, NoWorkloadSelector):
         return grpc.StatusCode.FAILED_PRECONDITION

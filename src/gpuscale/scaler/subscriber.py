@@ -5,6 +5,12 @@ stays silent for ``silence_intervals`` sampling intervals (agents send a heartbe
 dropped, the node is marked stale, and the subscriber reconnects with exponential backoff and jitter (reset
 after a snapshot arrives). ``AgentPool`` keeps one subscriber per discovered address and forgets nodes that
 stay disconnected for ``forget_after_s``.
+
+An agent that cannot be followed is said at once: the first failed attempt (after start, or after a stream
+that had delivered) is a warning naming the address, the gRPC code and, where the error shows it, what is
+likely wrong (nothing listening, TLS on one side only, a certificate name, a client certificate); further
+failures are summed up at most every ``failure_log_interval_s``. ``last_error`` keeps the newest, for
+``/readyz``.
 """
 
 from __future__ import annotations
@@ -12,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -44,6 +51,7 @@ class StreamCounters(Protocol):
 
     def agent_reconnect(self, reason: str) -> None: ...
 
+
 log = logging.getLogger(__name__)
 
 
@@ -58,6 +66,7 @@ class SubscriberSettings:
     backoff_max_s: float = 10.0
     forget_after_s: float = 600.0  # a node disconnected this long is forgotten
     max_message_bytes: int = 64 * 1024 * 1024
+    failure_log_interval_s: float = 60.0  # after the first failure is logged, at most one summary this often
     # TLS to the agents (paths, so that the settings travel to ingest workers as JSON): the CA that signed
     # their certificate, this scaler's own certificate and key for mutual TLS, the name their certificate has
     tls_ca: str | None = None
@@ -84,6 +93,42 @@ class _Protocol(Exception):
     pass
 
 
+def why_unreachable(code: str, details: str, *, tls: bool, server_name: str | None = None) -> str:
+    """What a failed connection to an agent most likely means, from gRPC's error text ("" when unsure)."""
+    if "Connection refused" in details:
+        return "nothing listens on that port: is the agent running there, with this --grpc-address port?"
+    if "Domain name not found" in details or "hostname lookup" in details or "DNS resolution" in details:
+        return "the name does not resolve"
+    if tls and "Hostname Verification" in details:
+        return (
+            f"the agent's certificate does not name {server_name!r} (--agent-tls-server-name)"
+            if server_name
+            else "the agent's certificate does not name the address dialled: set "
+            "--agent-tls-server-name to the name in it"
+        )
+    if tls and ("CERTIFICATE_VERIFY_FAILED" in details or "certificate verify failed" in details.lower()):
+        return "the agent's certificate is not signed by --agent-tls-ca"
+    if tls and ("WRONG_VERSION_NUMBER" in details or "handshake failed" in details.lower()):
+        return (
+            "TLS mismatch: this scaler dials with TLS (--agent-tls-ca) and the handshake failed: the "
+            "agent may serve plaintext (no --tls-cert), or --agent-tls-ca did not sign its certificate"
+        )
+    if "Socket closed" in details or "Connection reset" in details:
+        if tls:
+            return (
+                "the agent closed the connection during TLS: it may require a client certificate (its "
+                "--tls-client-ca): give the scaler --agent-tls-cert and --agent-tls-key"
+            )
+        return (
+            "the agent closed the connection: TLS mismatch? this scaler dials without TLS, and an agent "
+            "that serves TLS (its --tls-cert; chart agent.tls) closes such connections: give the scaler "
+            "--agent-tls-ca"
+        )
+    if code == "UNIMPLEMENTED":
+        return "that address serves gRPC but not gpuscale.v1.Agent: is it an agent's --grpc-address?"
+    return ""
+
+
 class AgentSubscriber:
     def __init__(
         self,
@@ -91,6 +136,8 @@ class AgentSubscriber:
         state: StreamSink,
         settings: SubscriberSettings,
         metrics: StreamCounters | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.address = address
         self.state = state
@@ -101,6 +148,41 @@ class AgentSubscriber:
         self.node: str | None = None
         self.agent_id = ""
         self.streams = 0  # streams that delivered a snapshot
+        self.failures = 0  # failed attempts since the last stream that delivered a snapshot
+        self.last_error: str | None = None  # the newest failure, while not connected
+        self._clock = clock
+        self._failing_since = 0.0
+        self._logged_at = 0.0
+        self._logged_failures = 0
+
+    def _failed(self, what: str) -> None:
+        """Count a failed attempt; log the first at once, then a summary at most every
+        ``failure_log_interval_s``."""
+        now = self._clock()
+        self.failures += 1
+        self.last_error = what
+        if self.failures == 1:
+            self._failing_since = self._logged_at = now
+            self._logged_failures = 1
+            log.warning(
+                "agent %s: cannot follow its Watch stream: %s; retrying with backoff (up to %gs), said again "
+                "at most every %gs",
+                self.address,
+                what,
+                self.settings.backoff_max_s,
+                self.settings.failure_log_interval_s,
+            )
+        elif now - self._logged_at >= self.settings.failure_log_interval_s:
+            log.warning(
+                "agent %s: still cannot follow its Watch stream: %d attempts failed in %.0fs (%d since the "
+                "last report), the newest: %s",
+                self.address,
+                self.failures,
+                now - self._failing_since,
+                self.failures - self._logged_failures,
+                what,
+            )
+            self._logged_at, self._logged_failures = now, self.failures
 
     async def run(self) -> None:
         s = self.settings
@@ -111,19 +193,26 @@ class AgentSubscriber:
                 await self._stream()
             except grpc.aio.AioRpcError as e:
                 reason = e.code().name
-                log.log(
-                    logging.INFO if self.connected else logging.DEBUG,
-                    "agent %s: Watch failed: %s: %s",
-                    self.address,
-                    e.code().name,
-                    e.details(),
-                )
+                details = e.details() or ""
+                if self.connected:
+                    log.info("agent %s: Watch failed: %s: %s", self.address, reason, details)
+                else:
+                    hint = why_unreachable(
+                        reason, details, tls=self.tls is not None, server_name=self.settings.tls_server_name
+                    )
+                    self._failed(f"{reason}: {details}" + (f" ({hint})" if hint else ""))
             except _Silent as e:
                 reason = "silent"
-                log.warning("agent %s (node %s): %s; reconnecting", self.address, self.node, e)
+                if self.connected:
+                    log.warning("agent %s (node %s): %s; reconnecting", self.address, self.node, e)
+                else:
+                    self._failed(f"{e} after connecting: is it a gpuscale agent?")
             except _Protocol as e:
                 reason = "protocol"
-                log.warning("agent %s: %s; reconnecting", self.address, e)
+                if self.connected:
+                    log.warning("agent %s: %s; reconnecting", self.address, e)
+                else:
+                    self._failed(str(e))
             finally:
                 if self.connected:
                     log.info(
@@ -184,12 +273,14 @@ class AgentSubscriber:
                         self.connected = True
                         self.streams += 1
                         log.info(
-                            "agent %s: following node %s (agent %s, %d GPUs)",
+                            "agent %s: following node %s (agent %s, %d GPUs)%s",
                             self.address,
                             msg.node_name,
                             msg.agent_id,
                             len(msg.gpus),
+                            f" after {self.failures} failed attempts" if self.failures else "",
                         )
+                        self.failures, self.last_error = 0, None
                     self.state.apply(msg)
                     if self.metrics is not None:
                         self.metrics.agent_update()
@@ -220,6 +311,10 @@ class AgentPool:
     @property
     def connected(self) -> int:
         return sum(sub.connected for sub, _ in self._subs.values())
+
+    def not_connected(self) -> dict[str, str | None]:
+        """Address → the newest failure (``None``: no attempt has failed yet) of each agent not followed."""
+        return {a: sub.last_error for a, (sub, _) in sorted(self._subs.items()) if not sub.connected}
 
     def subscriber(self, address: str) -> AgentSubscriber | None:
         entry = self._subs.get(address)

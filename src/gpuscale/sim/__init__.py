@@ -1,9 +1,10 @@
 """The offline HPA/KEDA simulator: pure, deterministic, one-second steps, time injected.
 
 Layers inside: ``hpa`` (data + replica calculator) < ``controller`` (one HPA sync) < ``keda`` (operator
-loop, generated HPA) < ``workload`` / ``pipeline`` < ``engine`` (the loop) < ``summary`` < ``manifests`` /
-``scenario`` (parsing) < ``report`` (run + write) < ``plot`` (matplotlib, lazy). Imports nothing outside
-``gpuscale.sim``.
+loop, generated HPA) < ``workload`` (demand, the engines' queue, pod phases) / ``pipeline`` < ``engine`` (the
+loop, the oracle) < ``summary`` < ``manifests`` / ``scenario`` (parsing) < ``report`` (run + write) <
+``compare`` (the comparison table, the standard set) < ``plot`` (matplotlib, lazy). Imports nothing outside
+``gpuscale.sim`` but ``gpuscale.scaling`` and ``gpuscale.model`` (the scaler's decisions, pure).
 """
 
 from __future__ import annotations

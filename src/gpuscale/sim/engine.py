@@ -1,17 +1,36 @@
 """The discrete-time loop: one-second steps of workload, metric pipeline, KEDA operator and HPA.
 
 Pure and deterministic: ``simulate(policy, workload, demand, config, duration)`` returns a ``Timeline``.
-Each second ``t``: pods advance (Pending -> Running -> Ready), the true state is recorded, then KEDA polls
-(every ``pollingInterval``, plus every sample for ``external-push`` triggers), then the HPA syncs (every
-sync period), each reading the metric through its pipeline; replica changes create or delete pods at once.
+Each second ``t``: pods advance (Pending -> Running -> Ready), the Ready pods serve the second's demand
+through the engines' queue (``workload.EngineQueue``), the true state is recorded, the agents sample the
+Running pods' GPUs, then KEDA polls (every ``pollingInterval``, plus every sample for ``external-push``
+triggers), then the HPA syncs (every sync period), each reading the metric through its pipeline; replica
+changes create or delete pods at once (a deleted pod holds its GPU ``terminationSeconds`` longer). The
+capacity and Ready pods recorded for ``t`` are those that served it, before that second's decisions.
+
+A gpuscale trigger is answered by the scaler's own code (``gpuscale.scaling.answer``) over the samples the
+scaler would hold: one GPU per Running pod, sampled every ``samplingIntervalSeconds``, visible
+``delaySeconds`` late, read half a second after the tick (a KEDA poll falls between two samples). A
+``samples-missing`` fault stops some pods' samples; they age past ``staleAfter`` as they would in the
+scaler.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+import bisect
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal, overload
 
+from ..model import EngineSample, GpuSample, ModelSignals
+from ..scaling.aggregate import GpuSeries
+from ..scaling.answer import GpuPod, answer
+from ..scaling.engine import EngineSeries
+from ..scaling.errors import MissingPods, NoDataError, UnattributedPods
+from ..scaling.keys import ENGINE_METRICS
 from .controller import reconcile
+from .faults import Fault
 from .hpa import (
     ControllerConfig,
     ExternalReading,
@@ -31,9 +50,9 @@ from .pipeline import (
     per_pod_values,
 )
 from .quantity import keda_milli
-from .workload import Observation, Pod, Workload, observe, scale_pods
+from .workload import EngineQueue, Observation, Pod, Workload, observe, scale_pods
 
-__all__ = ["MetricSource", "Policy", "Timeline", "simulate"]
+__all__ = ["MetricSource", "Oracle", "Policy", "Timeline", "oracle_replicas", "simulate"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +62,30 @@ class MetricSource:
     signal: Signal
     via: Literal["gpuscale", "prometheus"]
     trigger: TriggerSpec | None = None
+
+
+@dataclass(frozen=True)
+class Oracle:
+    """The ``oracle`` policy: it knows the demand (and the queue) at every instant and writes ``/scale``
+    directly, every second, with ``oracle_replicas``: no metric, no pipeline, no KEDA, no HPA (so no sync
+    period, tolerance, stabilization window or rate limit). Only its bounds and the pods' start phases stand
+    between demand and capacity. ``drain_queue``: also ask for the capacity that starts the waiting requests
+    before they time out."""
+
+    min_replicas: int = 1
+    max_replicas: int = 100
+    drain_queue: bool = True
+
+
+def oracle_replicas(oracle: Oracle, demand: float, waiting: float, workload: Workload) -> int:
+    """``ceil((demand + waiting / maxQueueSeconds) / capacityPerReplica)`` within the oracle's bounds: the
+    replicas the present demand needs, plus (``drain_queue``, with a queue) those that start the requests
+    waiting now within ``maxQueueSeconds``. Without them a queue at exactly the demand's capacity never
+    drains: every request would wait as long as the backlog is."""
+    if oracle.drain_queue and workload.max_queue_seconds > 0:
+        demand += waiting / workload.max_queue_seconds
+    need = math.ceil(demand / workload.capacity_per_replica - 1e-9) if demand > 0 else 0
+    return max(oracle.min_replicas, min(oracle.max_replicas, need))
 
 
 @dataclass(frozen=True)
@@ -59,11 +102,18 @@ class Policy:
     # The ScaledObject is created at t=0 (KEDA: no lastActiveTime yet, so an idle workload may go to zero
     # after initialCooldownPeriod); by default it has run before and counts as active at t=0.
     new_scaled_object: bool = False
+    faults: tuple[Fault, ...] = ()
+    oracle: Oracle | None = None  # set: the oracle policy (``hpa`` carries its bounds, no metric)
 
 
 @dataclass(frozen=True)
 class Timeline:
-    """One entry per simulated second. ``metric`` is the first metric's value as last fetched (NaN before)."""
+    """One entry per simulated second. ``metric`` is the first metric's value as last fetched (NaN before).
+
+    ``capacity`` and ``ready`` are what served the second; ``served`` and ``unserved`` the requests started
+    and abandoned in it, ``waiting`` those still queued at its end; ``kv_cache`` and ``ttft`` each Ready
+    pod's (NaN with none). ``delays``: (seconds waited, requests) over the run, an abandoned request counted
+    at ``max_queue_seconds``; ``waiting_at_end``: requests still queued when the run ends (unserved)."""
 
     policy: str
     demand: tuple[float, ...]
@@ -73,6 +123,13 @@ class Timeline:
     pods: tuple[int, ...]
     metric: tuple[float, ...]
     utilization: tuple[float, ...]
+    served: tuple[float, ...]
+    unserved: tuple[float, ...]
+    waiting: tuple[float, ...]
+    kv_cache: tuple[float, ...]
+    ttft: tuple[float, ...]
+    delays: tuple[tuple[int, float], ...]
+    waiting_at_end: float
 
 
 @dataclass
@@ -87,35 +144,181 @@ class _Run:
     push_active: tuple[bool | None, ...]
     history: list[Observation]
     metric: float = float("nan")
+    # what the scaler holds of each Running pod's GPU: its samples, oldest first (gpuscale triggers only)
+    samples: dict[str, list[GpuSample]] = field(default_factory=dict)
+    # and of each Ready pod's engine: its readings, oldest first (gpuscale engine triggers only)
+    engines: dict[str, list[EngineSample]] = field(default_factory=dict)
+    # pods deleted and still holding their GPUs: (pod, the second it is gone)
+    terminating: tuple[tuple[Pod, int], ...] = ()
+    queue: EngineQueue = field(default_factory=lambda: EngineQueue(0))
 
 
 def _sampled(run: _Run, times: tuple[int, ...]) -> list[Observation]:
     return [run.history[s] for s in times if 0 <= s < len(run.history)]
 
 
-def _trigger_value(policy: Policy, src: MetricSource, run: _Run, t: int) -> tuple[float | None, float | None]:
-    """(value reported to KEDA/HPA, value compared with the activation threshold); None = error."""
+# A KEDA poll or an HPA sync at second t reads the scaler half a second after that second's sample.
+_READ_OFFSET = 0.5
+_UUID_PREFIX = "GPU-sim-"
+
+
+class _Head(Sequence[GpuSample]):
+    """The first ``n`` samples of a pod's history (those the scaler has received), without a copy."""
+
+    __slots__ = ("_items", "_n")
+
+    def __init__(self, items: list[GpuSample], n: int) -> None:
+        self._items, self._n = items, n
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, i: int) -> GpuSample: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[GpuSample]: ...
+    def __getitem__(self, i: int | slice) -> GpuSample | Sequence[GpuSample]:
+        if isinstance(i, slice):
+            return self._items[: self._n][i]
+        if not -self._n <= i < self._n:
+            raise IndexError(i)
+        return self._items[i % self._n]
+
+
+def _fault(policy: Policy, kind: str, t: float) -> Fault | None:
+    return next((f for f in policy.faults if f.kind == kind and f.active(t)), None)
+
+
+def gpuscale_series(samples: dict[str, list[GpuSample]], visible_until: float) -> list[GpuSeries]:
+    """The GPU series the scaler holds: each pod's samples taken at or before ``visible_until``."""
+    out: list[GpuSeries] = []
+    for name, history in samples.items():
+        n = bisect.bisect_right(history, visible_until, key=lambda x: x.timestamp)
+        if n:
+            out.append(GpuSeries(_UUID_PREFIX + name, _Head(history, n), pod=f"sim/{name}"))
+    return out
+
+
+# What the scaler holds of a loading pod's engine: its agent's scrape is refused (vLLM serves /metrics once
+# its engine is up).
+LOADING_ENGINE = "engine not read: connect_error (the engine is loading: connection refused)"
+
+
+def engine_series(
+    engines: dict[str, list[EngineSample]], gpu: Sequence[GpuSeries], visible_until: float
+) -> list[EngineSeries]:
+    """The engine series the scaler holds: each Ready pod's readings taken at or before ``visible_until``;
+    a pod with GPU samples and no reading (loading) is one whose engine could not be read."""
+    out: list[EngineSeries] = []
+    for name, history in engines.items():
+        n = bisect.bisect_right(history, visible_until, key=lambda x: x.timestamp)
+        if n:
+            out.append(EngineSeries(f"sim/{name}", history[:n]))
+    read = {e.pod for e in out}
+    out.extend(EngineSeries(s.pod, (), LOADING_ENGINE) for s in gpu if s.pod and s.pod not in read)
+    return out
+
+
+def gpuscale_reading(
+    trig: TriggerSpec, series: Sequence[GpuSeries], now: float, engines: Sequence[EngineSeries] = ()
+) -> tuple[float | None, bool]:
+    """(value for GetMetrics, IsActive) of a gpuscale trigger, as the scaler answers them; ``None``: the
+    scaler answers ``UNAVAILABLE``. Every series is one of the workload's Running pods, each asking for a
+    GPU; ``engines``: their engines, for an engine metric."""
+    assert trig.metadata is not None
+    try:
+        pods = [GpuPod(s.pod or s.uuid, "sim") for s in series]
+        result = answer(trig.metadata, series, now=now, gpu_pods=pods, engines=engines)
+    except (NoDataError, UnattributedPods, MissingPods):
+        return None, False
+    return result.value, result.active
+
+
+def _trigger_value(policy: Policy, src: MetricSource, run: _Run, t: int) -> tuple[float | None, bool]:
+    """(value reported to KEDA/HPA, whether the trigger is active); a value of None is an error."""
     trig = src.trigger
+    if _fault(policy, "trigger-error", t) is not None:
+        return None, False
     if src.via == "prometheus":
         value = evaluate_scalar(src.signal, _sampled(run, policy.prometheus.sample_times(t)))
         if value is None and (trig is None or trig.ignore_null_values):
             value = 0.0  # empty result -> 0 under ignoreNullValues (the default)
-        return value, value
-    window = trig.window_seconds if trig is not None else 0
-    obs = _sampled(run, policy.gpuscale.sample_times(t, window))
-    values = per_pod_values(obs)
-    agg = evaluate_scalar(src.signal, obs)
-    if (agg is None or not values) and trig is not None and trig.scope == "workload":
-        # No pod with samples: none exists, or all are Pending. The scaler sees an unscheduled pod on no
-        # node, and a scheduled one's GPU (allocated at admission, before the image pull) at 0 %: either
-        # way 0, inactive. (Its UNAVAILABLE for the seconds before an agent attributes a new pod's GPU
-        # is not modelled.)
-        return 0.0, 0.0
-    if agg is None or not values:
-        return None, None  # node or pool scope without GPU samples: UNAVAILABLE, never a made-up 0
-    if trig is not None and trig.scope == "workload":
-        return agg * len(values), agg  # aggregate x pods with samples, AverageValue
-    return agg, agg
+        activation = trig.activation if trig is not None else 0.0
+        return value, value is not None and value > activation
+    assert trig is not None and trig.metadata is not None
+    visible = t - policy.gpuscale.delay_seconds
+    series = gpuscale_series(run.samples, visible)
+    engines = engine_series(run.engines, series, visible) if trig.metadata.metric in ENGINE_METRICS else ()
+    return gpuscale_reading(trig, series, t + _READ_OFFSET, engines)
+
+
+def _sample_gpus(
+    policy: Policy, run: _Run, obs: Observation, t: int, memory_total: int, engines: bool
+) -> None:
+    """The agents' sampling round at ``t``: a sample of each Running pod's GPU (utilization: Ready ``util``,
+    loading 0; memory used: filling while loading, the engine's once Ready; of ``memory_total`` bytes) and,
+    with ``engines``, a reading of each Ready pod's engine (its share of the waiting and running requests,
+    its KV-cache fill), except the pods a ``samples-missing`` fault darkens; deleted pods are forgotten."""
+    names = {p.name for p in run.pods}
+    for name in [n for n in run.samples if n not in names]:
+        del run.samples[name]
+    for name in [n for n in run.engines if n not in names]:
+        del run.engines[name]
+    if t % policy.gpuscale.sampling_interval:
+        return
+    values = obs.samples()
+    dark: set[str] = set()
+    fault = _fault(policy, "samples-missing", t)
+    if fault is not None:
+        running = sorted((p for p in run.pods if p.name in values), key=lambda p: p.id)
+        dark = {p.name for p in running[: fault.pods]}
+    keep = _horizon(policy)
+    memory = obs.memory()
+    for name, util in values.items():
+        if name in dark:
+            continue
+        history = run.samples.setdefault(name, [])
+        used = int(memory_total * memory[name] / 100)
+        history.append(
+            GpuSample(
+                _UUID_PREFIX + name,
+                float(t),
+                gpu_utilization=util,
+                memory_used_bytes=used,
+                memory_total_bytes=memory_total,
+            )
+        )
+        if len(history) > 2 * keep and history[0].timestamp < t - keep:
+            del history[: len(history) - keep]
+    if not engines:
+        return
+    ready = [name for name in obs.ready if name not in dark]
+    if ready:
+        n = len(obs.ready)
+        signals = ModelSignals(
+            "sim", waiting=obs.waiting / n, running=obs.running / n, kv_cache_usage=obs.kv_cache
+        )
+        reading = EngineSample(float(t), "vllm", (signals,))
+    for name in ready:
+        readings = run.engines.setdefault(name, [])
+        readings.append(reading)
+        if len(readings) > 2 * keep and readings[0].timestamp < t - keep:
+            del readings[: len(readings) - keep]
+
+
+def _reads_engines(policy: Policy) -> bool:
+    """Whether a trigger of the policy is a gpuscale engine metric (then the agents read the engines)."""
+    metrics = {s.trigger.metadata.metric for s in policy.sources if s.trigger and s.trigger.metadata}
+    return bool(metrics & ENGINE_METRICS)
+
+
+def _horizon(policy: Policy) -> int:
+    """How many samples per pod any of the policy's gpuscale triggers can still count."""
+    longest = max(
+        (s.trigger.metadata.stale_after for s in policy.sources if s.trigger and s.trigger.metadata),
+        default=0.0,
+    )
+    return int(longest + policy.gpuscale.delay_seconds) // policy.gpuscale.sampling_interval + 2
 
 
 def _readings(policy: Policy, run: _Run, t: int, pods: tuple[PodInfo, ...]) -> tuple[MetricReading, ...]:
@@ -126,7 +329,8 @@ def _readings(policy: Policy, run: _Run, t: int, pods: tuple[PodInfo, ...]) -> t
         if metric.source == "Pods":
             obs = _sampled(run, policy.prometheus.sample_times(t))
             names = {p.name for p in pods}
-            values = {k: keda_milli(v) for k, v in per_pod_values(obs).items() if k in names}
+            per_pod = per_pod_values(obs, src.signal.field)
+            values = {k: keda_milli(v) for k, v in per_pod.items() if k in names}
             out.append(PodsReading(values) if values else None)
             if i == 0:
                 run.metric = sum(values.values()) / len(values) / 1000 if values else float("nan")
@@ -162,18 +366,30 @@ def _keda_poll(policy: Policy, so: ScaledObjectSpec, run: _Run, t: int, push_onl
     active = error = False
     changed = False
     push = list(run.push_active)
+    failures = list(run.keda_state.failures)
+    fb = so.fallback
     for i, src in enumerate(policy.sources):
         trig = src.trigger
         if trig is None or (push_only and not trig.push):
             continue
-        _, act_value = _trigger_value(policy, src, run, t)
-        is_active = act_value is not None and act_value > trig.activation
-        error = error or act_value is None
+        value, is_active = _trigger_value(policy, src, run, t)
+        failed = value is None
+        if not push_only:
+            # KEDA 2.19+ (kedacore/keda#7244): the polling loop counts a trigger's failures as the metrics
+            # server does, and past failureThreshold the trigger counts as active with its fallback value
+            # (so a workload at zero is woken, and lastActiveTime is refreshed while fallback is in force)
+            failures[i] = failures[i] + 1 if failed else 0
+            if failed and fb is not None and failures[i] > fb.failure_threshold:
+                failed, is_active = False, True
+        error = error or failed
         active = active or is_active
         if trig.push:
             changed = changed or push[i] != is_active
             push[i] = is_active
     run.push_active = tuple(push)
+    if not push_only:
+        state = run.keda_state
+        run.keda_state = KedaState(state.last_active_time, state.created_at, tuple(failures))
     if push_only:
         # StreamIsActive sends on change; KEDA (2.18+) acts on a pushed true only: a pushed false is ignored,
         # and deactivation comes from polling and cooldownPeriod (kedacore/keda#6986)
@@ -202,15 +418,27 @@ def simulate(
         (None,) * n,
         [],
     )
+    run.queue = EngineQueue(workload.max_queue_seconds)
+    memory_total = int(workload.gpu_memory_gib * 2**30)
+    reads_engines = _reads_engines(policy)
     has_push = so is not None and any(s.trigger is not None and s.trigger.push for s in policy.sources)
-    cols: tuple[list[float], ...] = ([], [], [], [], [], [], [])
+    has_gpuscale = any(s.via == "gpuscale" for s in policy.sources)
+    cols: tuple[list[float], ...] = tuple([] for _ in range(12))
     sync = config.sync_period_seconds
     for t, d in enumerate(demand):
-        obs = observe(run.pods, d, workload, t)
+        ready = sum(1 for p in run.pods if t >= p.ready_at)
+        capacity = ready * workload.capacity_per_replica
+        step = run.queue.step(t, d, capacity)
+        obs = observe(run.pods, d, workload, t, step)
         if run.history and _same(run.history[-1], obs):
-            obs = Observation(d, obs.util, run.history[-1].ready, run.history[-1].loading)
+            obs = replace(obs, ready=run.history[-1].ready, loading=run.history[-1].loading)
         run.history.append(obs)
-        if so is not None:
+        if has_gpuscale:
+            _sample_gpus(policy, run, obs, t, memory_total, reads_engines)
+        if policy.oracle is not None:
+            run.replicas = oracle_replicas(policy.oracle, d, step.waiting, workload)
+            run.metric = d / workload.capacity_per_replica
+        elif so is not None:
             if (
                 t >= policy.keda_offset_seconds
                 and (t - policy.keda_offset_seconds) % so.polling_interval == 0
@@ -218,7 +446,11 @@ def simulate(
                 _keda_poll(policy, so, run, t, push_only=False)
             elif has_push and t % policy.gpuscale.sampling_interval == 0:
                 _keda_poll(policy, so, run, t, push_only=True)
-        if t >= policy.hpa_offset_seconds and (t - policy.hpa_offset_seconds) % sync == 0:
+        if (
+            policy.oracle is None
+            and t >= policy.hpa_offset_seconds
+            and (t - policy.hpa_offset_seconds) % sync == 0
+        ):
             infos = _pod_infos(run.pods, t)
             target = ScaleTarget(run.replicas, len(run.pods), infos)
             disabled = run.replicas == 0 and policy.hpa.min_replicas != 0  # no metrics are read
@@ -228,9 +460,14 @@ def simulate(
             if result.rescale:
                 run.replicas = result.desired
         if run.replicas != len(run.pods):
+            before = run.pods
             run.pods, run.next_id = scale_pods(run.pods, run.replicas, t, workload, run.next_id)
-        ready = sum(1 for p in run.pods if t >= p.ready_at)
-        capacity = ready * workload.capacity_per_replica
+            if workload.termination_seconds:
+                kept = {p.id for p in run.pods}
+                gone = tuple((p, t + workload.termination_seconds) for p in before if p.id not in kept)
+                run.terminating += gone
+        if run.terminating:
+            run.terminating = tuple((p, end) for p, end in run.terminating if end > t)
         for col, value in zip(
             cols,
             (
@@ -238,9 +475,14 @@ def simulate(
                 capacity,
                 run.replicas,
                 ready,
-                len(run.pods),
+                len(run.pods) + len(run.terminating),
                 run.metric,
-                min(100.0, 100.0 * d / capacity) if capacity > 0 else float("nan"),
+                obs.util if capacity > 0 else math.nan,
+                step.served,
+                step.abandoned,
+                step.waiting,
+                obs.kv_cache,
+                obs.ttft,
             ),
             strict=True,
         ):
@@ -254,6 +496,13 @@ def simulate(
         pods=tuple(int(v) for v in cols[4]),
         metric=tuple(cols[5]),
         utilization=tuple(cols[6]),
+        served=tuple(cols[7]),
+        unserved=tuple(cols[8]),
+        waiting=tuple(cols[9]),
+        kv_cache=tuple(cols[10]),
+        ttft=tuple(cols[11]),
+        delays=tuple(sorted(run.queue.delays.items())),
+        waiting_at_end=run.queue.waiting,
     )
 
 

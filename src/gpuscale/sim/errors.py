@@ -2,20 +2,23 @@
 
 Hierarchy::
 
-    SimError                 base of every error ``gpuscale.sim`` raises on purpose
-    └── ScenarioError        a scenario file is invalid; ``problems`` lists every one found, each naming
+    GpuscaleError
+    └── SimError             base of every error ``gpuscale.sim`` raises on purpose
+        └── ScenarioError    a scenario file is invalid; ``problems`` lists every one found, each naming
                              the field, the value and what is allowed
 
-The simulator imports nothing outside ``gpuscale.sim``; the CLI converts ``ScenarioError`` into the
-package-wide ``gpuscale.errors.UsageError``.
+The simulator imports no service, client or gRPC (it decides with ``gpuscale.scaling``); the CLI converts
+``ScenarioError`` into the package-wide ``gpuscale.errors.UsageError``.
 """
 
 from __future__ import annotations
 
+from ..errors import GpuscaleError
+
 __all__ = ["ScenarioError", "SimError"]
 
 
-class SimError(Exception):
+class SimError(GpuscaleError):
     """Base of every error the simulator raises on purpose."""
 
 

@@ -174,6 +174,15 @@ def tolerances_for(spec: HpaSpec, config: ControllerConfig) -> Tolerances:
 
 # --- replica_calculator.go ------------------------------------------------------------------------------
 
+_INT32_MAX = 2**31 - 1
+
+
+def _ceil_replicas(x: float) -> int:
+    """``int32(math.Ceil(x))`` as the replica calculator saturates it: at most 2^31-1 (also for +Inf)."""
+    if x >= _INT32_MAX or math.isnan(x):
+        return _INT32_MAX
+    return math.ceil(x)
+
 
 def _usage_ratio(values: Mapping[str, int], target_milli: int) -> float:
     """``GetMetricUsageRatio``: int64 average (truncating) over target."""
@@ -212,7 +221,7 @@ def calc_plain_metric_replicas(
     if not scale_up_with_unready and not missing:
         if tol.is_within(ratio):
             return current_replicas
-        return math.ceil(ratio * ready_count)
+        return _ceil_replicas(ratio * ready_count)
     if missing:
         if ratio < 1.0:
             for name in missing:
@@ -226,7 +235,7 @@ def calc_plain_metric_replicas(
     new_ratio = _usage_ratio(metrics, target_milli)
     if tol.is_within(new_ratio) or (ratio < 1.0 < new_ratio) or (ratio > 1.0 > new_ratio):
         return current_replicas
-    new_replicas = math.ceil(new_ratio * len(metrics))
+    new_replicas = _ceil_replicas(new_ratio * len(metrics))
     if (new_ratio < 1.0 and new_replicas > current_replicas) or (
         new_ratio > 1.0 and new_replicas < current_replicas
     ):
@@ -247,13 +256,13 @@ def external_value_replicas(
     """``GetExternalMetricReplicas`` -> ``getUsageRatioReplicaCount`` (``Value`` target)."""
     ratio = usage_milli / target_milli
     if current_replicas == 0:
-        return math.ceil(ratio)
+        return _ceil_replicas(ratio)
     if tol.is_within(ratio):
         return current_replicas
     ready = _ready_pods(pods)
     if ready is None:
         return None
-    return math.ceil(ratio * ready)
+    return _ceil_replicas(ratio * ready)
 
 
 def external_average_replicas(
@@ -264,7 +273,7 @@ def external_average_replicas(
     ratio = usage_milli / denominator if denominator else math.inf
     if tol.is_within(ratio):
         return status_replicas
-    return math.ceil(usage_milli / target_milli)
+    return _ceil_replicas(usage_milli / target_milli)
 
 
 def compute_replicas_for_metric(

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from ..scaling.metadata import TriggerMetadata
 from .hpa import Behavior, HpaSpec, MetricSpec, TargetType
 from .quantity import keda_milli
 
@@ -35,7 +36,8 @@ FallbackBehavior = Literal["static", "currentReplicas", "currentReplicasIfHigher
 class TriggerSpec:
     """One trigger. ``kind`` is the KEDA trigger type (``prometheus``, ``external``, ``external-push``);
     ``target``/``activation`` are the threshold and activation threshold; ``signal`` names what the
-    simulator measures for it (see ``gpuscale.sim.signals``); ``scope`` applies to gpuscale triggers."""
+    simulator measures for it (``pipeline.Signal``); ``scope`` and ``metadata`` (parsed by
+    ``gpuscale.scaling``, as the scaler parses it) apply to gpuscale triggers."""
 
     name: str
     kind: Literal["prometheus", "external", "external-push"]
@@ -44,8 +46,8 @@ class TriggerSpec:
     activation: float
     signal: str
     scope: Literal["workload", "node", "pool"] = "workload"
-    window_seconds: int = 0
     ignore_null_values: bool = True
+    metadata: TriggerMetadata | None = None
 
     @property
     def push(self) -> bool:

@@ -8,12 +8,14 @@ Defaults follow the APIs: KEDA's (``pollingInterval`` 30, ``cooldownPeriod`` 300
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from typing import Literal, cast
 
+from ..scaling.errors import MetadataError
+from ..scaling.metadata import TriggerMetadata, parse_metadata
+from ..scaling.profiles import ProfileSet, exact
 from ._check import Checker
-from .engine import MetricSource, Policy
+from .engine import MetricSource, Oracle, Policy
+from .faults import FAULT_TYPES, Fault
 from .hpa import (
     Behavior,
     HpaSpec,
@@ -24,40 +26,19 @@ from .hpa import (
     default_behavior_rules,
 )
 from .keda import Fallback, FallbackBehavior, ScaledObjectSpec, TriggerSpec, hpa_for
-from .pipeline import SIGNAL_AGGREGATIONS, SIGNAL_SYNTAX, GpuscalePipeline, PrometheusPipeline, parse_signal
+from .pipeline import (
+    PER_POD_SYNTAX,
+    SCALAR_SYNTAX,
+    SIGNAL_SYNTAX,
+    GpuscalePipeline,
+    PrometheusPipeline,
+    parse_signal,
+)
 from .quantity import parse_quantity_milli
 
 __all__ = ["parse_behavior", "parse_policy"]
 
 _TRIGGER_TYPES = ("prometheus", "external", "external-push")
-_GPUSCALE_KEYS = (
-    "scalerAddress",
-    "profile",
-    "metric",
-    "aggregation",
-    "targetValue",
-    "activationValue",
-    "scope",
-    "window",
-    "share",
-    # read by the scaler, not by the simulator: which pods or nodes, when a sample is too old (its GPUs are
-    # the simulated workload's, its samples always fresh)
-    "podSelector",
-    "namespace",
-    "nodeSelector",
-    "staleAfter",
-    # KEDA's own: how it reaches the scaler
-    "enableTLS",
-    "unsafeSsl",
-    "caCert",
-    "tlsClientCert",
-    "tlsClientKey",
-    "tlsCertFile",
-)
-# The scaler's default ``window`` (``gpuscale.scaler.metadata.DEFAULTS``; a test keeps the two equal).
-DEFAULT_WINDOW_S = 10
-# A profile as trigger metadata: profile name → the keys it sets (``Profile`` fields in metadata terms).
-ProfileDefaults = Mapping[str, Mapping[str, str]]
 _PROM_KEYS = (
     "serverAddress",
     "query",
@@ -146,37 +127,52 @@ def _prom_signal(
         return None
     signal = parse_signal(text) if isinstance(text, str) else None
     if signal is None or (signal.kind == "per_pod") != per_pod:
-        need = "gpu_utilization (one value per pod)" if per_pod else "demand or AGG(gpu_utilization)"
+        need = PER_POD_SYNTAX if per_pod else SCALAR_SYNTAX
         c.bad(here, text, f'for metric "{name}" {need}')
         return None
     return MetricSource(signal, "prometheus")
 
 
-def _with_profile(
-    c: Checker, meta: dict[str, object], mpath: str, profiles: ProfileDefaults
-) -> dict[str, object]:
-    """``meta`` with its profile's keys under it, as the scaler reads them (keys given win)."""
-    name = meta.get("profile")
-    if name is None:
-        return meta
-    defaults = profiles.get(name) if isinstance(name, str) else None
-    if defaults is None:
-        c.bad(f"{mpath}.profile", name, f"one of [{', '.join(sorted(profiles))}] (or a --profiles file's)")
-        return {"targetValue": "1", **meta}  # said once: what the profile would give is not missing too
-    if "metric" in meta and defaults.get("metric") not in (None, meta["metric"]):
-        # as the scaler: a profile's thresholds are in its metric's unit, not carried to another metric
-        defaults = {k: v for k, v in defaults.items() if k not in ("targetValue", "activationValue")}
-    merged = {**defaults, **meta}
-    if "metric" not in meta and merged.get("metric") not in (None, "gpu_utilization"):
-        c.fail(
-            f"{mpath}.profile",
-            f'profile "{name}" scales on {merged.pop("metric")}; the simulator models gpu_utilization only',
-        )
-    return merged
+def _gpuscale_metadata(
+    c: Checker, meta: dict[str, object], mpath: str, profiles: ProfileSet
+) -> TriggerMetadata | None:
+    """A gpuscale trigger's metadata, read by the scaler's own parser (``gpuscale.scaling``): its keys,
+    defaults, profiles and messages. KEDA passes metadata as strings; YAML numbers and booleans are taken as
+    the text KEDA would pass."""
+    text: dict[str, str] = {}
+    for key, value in meta.items():
+        if isinstance(value, bool):
+            text[key] = "true" if value else "false"
+        elif isinstance(value, str | int | float):
+            text[key] = exact(float(value)) if isinstance(value, float) else str(value)
+        else:
+            c.bad(f"{mpath}.{key}", value, "a string (KEDA passes trigger metadata as strings)")
+    try:
+        md = parse_metadata(text, profiles)
+    except MetadataError as e:
+        for problem in e.problems:
+            c.fail(mpath, problem)
+        return None
+    for key, value, allowed in (("metric", md.metric, SIM_METRICS), ("share", md.share, ("gpu",))):
+        if value not in allowed:
+            origin = f' (from profile "{md.profile}")' if key not in text and md.profile else ""
+            c.fail(
+                mpath,
+                f'parameter "{key}" value "{value}"{origin}: the simulator models {key} '
+                f"{', '.join(allowed)} only",
+            )
+    return md
+
+
+# The gpuscale trigger metrics the simulator feeds the scaler's code: GPU utilization, and the engine's
+# gauges (``workload.Observation``: waiting, running, KV-cache fill); not its latency histograms or token
+# counters, which the workload model does not produce.
+SIM_METRICS = ("gpu_utilization", "queue_length", "requests_in_flight", "kv_cache_usage")
+_ENGINE_SIGNALS = {"queue_length": "queue", "requests_in_flight": "in_flight", "kv_cache_usage": "kv_cache"}
 
 
 def _trigger(
-    c: Checker, raw: object, path: str, prom: dict[str, object], profiles: ProfileDefaults
+    c: Checker, raw: object, path: str, prom: dict[str, object], profiles: ProfileSet
 ) -> tuple[TriggerSpec, MetricSource] | None:
     if not isinstance(raw, dict):
         c.bad(path, raw, "a mapping")
@@ -206,40 +202,28 @@ def _trigger(
             name, "prometheus", mt, target, activation, str(src.signal), ignore_null_values=ignore
         )
         return trig, MetricSource(src.signal, "prometheus", trig)
-    c.known(meta, mpath, _GPUSCALE_KEYS)
-    meta = _with_profile(c, meta, mpath, profiles)
-    c.string(meta, "scalerAddress", mpath, default=None)
-    c.string(meta, "metric", mpath, default="gpu_utilization", choices=("gpu_utilization",))
-    c.string(meta, "share", mpath, default="gpu", choices=("gpu",))
-    agg = c.string(
-        meta,
-        "aggregation",
-        mpath,
-        default="avg",
-        choices=tuple(a for a in SIGNAL_AGGREGATIONS if a != "count"),
-    )
-    target = c.number(meta, "targetValue", mpath, default=None, minimum=0, exclusive=True, text=True)
-    activation = c.number(meta, "activationValue", mpath, default=0.0, minimum=0, text=True)
-    scope = c.string(meta, "scope", mpath, default="workload", choices=("workload", "node", "pool"))
-    # the scaler counts samples up to `window` seconds old, read between samples: 2.5 s takes in 3 of them
-    window = math.ceil(c.number(meta, "window", mpath, default=DEFAULT_WINDOW_S, minimum=0, text=True))
-    signal = parse_signal(f"{agg}(gpu_utilization)")
+    md = _gpuscale_metadata(c, meta, mpath, profiles)
+    if md is None:
+        return None
+    field = _ENGINE_SIGNALS.get(md.metric, "gpu_utilization")
+    additive = md.metric in ("queue_length", "requests_in_flight")  # the scaler sums them over the pods
+    signal = parse_signal(f"{'sum' if additive else md.aggregation}({field})")
     assert signal is not None
     trig = TriggerSpec(
         name,
         cast(Literal["external", "external-push"], kind),
         mt,
-        target,
-        activation,
+        md.target_value,
+        md.activation_value,
         str(signal),
-        cast(Literal["workload", "node", "pool"], scope),
-        window,
+        md.scope,
+        metadata=md,
     )
     return trig, MetricSource(signal, "gpuscale", trig)
 
 
 def _scaled_object(
-    c: Checker, doc: dict[str, object], path: str, prom: dict[str, object], profiles: ProfileDefaults
+    c: Checker, doc: dict[str, object], path: str, prom: dict[str, object], profiles: ProfileSet
 ) -> Policy | None:
     spec = _header(c, doc, path, "keda.sh/v1alpha1", "ScaledObject")
     if spec is None:
@@ -268,8 +252,13 @@ def _scaled_object(
     idle: int | None = None
     if spec.get("idleReplicaCount") is not None:
         idle = c.integer(spec, "idleReplicaCount", sp, default=0, minimum=0)
-        if idle >= minimum:
-            c.bad(f"{sp}.idleReplicaCount", idle, f"an integer < minReplicaCount ({minimum})")
+        # KEDA compares it with the HPA's minimum, max(1, minReplicaCount): 0 with a minimum of 0 is valid
+        if idle >= max(1, minimum):
+            c.bad(
+                f"{sp}.idleReplicaCount",
+                idle,
+                f"an integer < max(1, minReplicaCount) ({max(1, minimum)})",
+            )
     fallback: Fallback | None = None
     fb = c.mapping(spec, "fallback", sp, required=False)
     if fb is not None:
@@ -403,13 +392,74 @@ def _pipelines(
     return gpuscale, prometheus, p
 
 
-def parse_policy(
-    c: Checker, raw: object, path: str, profiles: ProfileDefaults | None = None
-) -> Policy | None:
-    """One entry of a scenario's ``policies``. ``profiles``: what each profile name a gpuscale trigger may
-    give sets (the CLI passes the scaler's built-in profiles, and a ``--profiles`` file's)."""
+def _faults(c: Checker, raw: dict[str, object], path: str, has_gpuscale: bool) -> tuple[Fault, ...]:
+    """A policy's ``faults``: each ``{type, fromSeconds, untilSeconds?, pods?}`` (``faults.py``)."""
+    out: list[Fault] = []
+    for i, item in enumerate(c.sequence(raw, "faults", path, required=False)):
+        here = f"{path}.faults[{i}]"
+        if not isinstance(item, dict):
+            c.bad(here, item, "a mapping with type, fromSeconds and optionally untilSeconds (and pods)")
+            continue
+        kind = c.string(item, "type", here, default=None, choices=FAULT_TYPES)
+        if item.get("type") not in FAULT_TYPES:
+            continue
+        c.known(
+            item,
+            here,
+            ("type", "fromSeconds", "untilSeconds", *(("pods",) if kind == "samples-missing" else ())),
+        )
+        start = c.integer(item, "fromSeconds", here, default=None, minimum=0)
+        until: int | None = None
+        if item.get("untilSeconds") is not None:
+            until = c.integer(item, "untilSeconds", here, default=start + 1, minimum=start + 1)
+        pods = 0
+        if kind == "samples-missing":
+            pods = c.integer(item, "pods", here, default=None, minimum=1)
+            if not has_gpuscale:
+                c.fail(
+                    f"{here}.type",
+                    "samples-missing applies to gpuscale triggers (external, external-push), and this policy "
+                    "has none; for a prometheus trigger use trigger-error",
+                )
+        out.append(Fault(cast(Literal["samples-missing", "trigger-error"], kind), start, until, pods))
+    return tuple(out)
+
+
+# what only a policy that reads metrics has: an oracle reads none
+_METRIC_KEYS = ("pipeline", "hpaSyncOffsetSeconds", "kedaPollOffsetSeconds", "newScaledObject", "faults")
+
+
+def _oracle(c: Checker, raw: dict[str, object], path: str, name: str) -> Policy | None:
+    """An ``oracle`` policy: ``{minReplicas (1), maxReplicas (100), drainQueue (true)}``; it writes the
+    replicas the present demand (and queue) needs, every second (``engine.Oracle``)."""
+    spec = c.mapping(raw, "oracle", path, required=True)
+    if spec is None:
+        return None
+    here = f"{path}.oracle"
+    c.known(spec, here, ("minReplicas", "maxReplicas", "drainQueue"))
+    minimum = c.integer(spec, "minReplicas", here, default=1, minimum=0)
+    maximum = c.integer(spec, "maxReplicas", here, default=100, minimum=1)
+    if maximum < minimum:
+        c.bad(f"{here}.maxReplicas", maximum, f"an integer >= minReplicas ({minimum})")
+        maximum = max(1, minimum)
+    for key in _METRIC_KEYS:
+        if key in raw:
+            c.fail(f"{path}.{key}", "does not apply to an oracle policy, which reads no metric")
+    initial = c.integer(raw, "initialReplicas", path, default=-1, minimum=0)
+    return Policy(
+        name=name,
+        hpa=HpaSpec(minimum, maximum, (), None),
+        sources=(),
+        initial_replicas=None if initial < 0 else initial,
+        oracle=Oracle(minimum, maximum, c.boolean(spec, "drainQueue", here, default=True)),
+    )
+
+
+def parse_policy(c: Checker, raw: object, path: str, profiles: ProfileSet | None = None) -> Policy | None:
+    """One entry of a scenario's ``policies``. ``profiles``: the profiles a gpuscale trigger may name (the
+    built-in ones by default; the CLI adds a ``--profiles`` file's)."""
     if not isinstance(raw, dict):
-        c.bad(path, raw, "a mapping with name and scaledObject or hpa")
+        c.bad(path, raw, "a mapping with name and scaledObject, hpa or oracle")
         return None
     c.known(
         raw,
@@ -420,22 +470,28 @@ def parse_policy(
             "pipeline",
             "scaledObject",
             "hpa",
+            "oracle",
             "hpaSyncOffsetSeconds",
             "kedaPollOffsetSeconds",
             "initialReplicas",
             "newScaledObject",
+            "faults",
         ),
     )
     name = c.string(raw, "name", path, default=None)
-    gpuscale, prometheus, prom_raw = _pipelines(c, raw, path)
-    has_so, has_hpa = raw.get("scaledObject") is not None, raw.get("hpa") is not None
-    if has_so == has_hpa:
-        c.fail(path, "needs exactly one of scaledObject, hpa")
+    kinds = [k for k in ("scaledObject", "hpa", "oracle") if raw.get(k) is not None]
+    if len(kinds) != 1:
+        c.fail(path, "needs exactly one of scaledObject, hpa, oracle")
         return None
+    if kinds == ["oracle"]:
+        return _oracle(c, raw, path, name)
+    gpuscale, prometheus, prom_raw = _pipelines(c, raw, path)
+    has_so = kinds == ["scaledObject"]
     if has_so:
         doc = c.mapping(raw, "scaledObject", path, required=True)
         here = f"{path}.scaledObject"
-        policy = None if doc is None else _scaled_object(c, doc, here, prom_raw, profiles or {})
+        profile_set = ProfileSet.builtin() if profiles is None else profiles
+        policy = None if doc is None else _scaled_object(c, doc, here, prom_raw, profile_set)
     else:
         doc = c.mapping(raw, "hpa", path, required=True)
         policy = _hpa(c, doc, f"{path}.hpa", prom_raw) if doc is not None else None
@@ -453,4 +509,5 @@ def parse_policy(
         keda_offset_seconds=c.integer(raw, "kedaPollOffsetSeconds", path, default=0, minimum=0),
         initial_replicas=None if initial < 0 else initial,
         new_scaled_object=c.boolean(raw, "newScaledObject", path, default=False),
+        faults=_faults(c, raw, path, any(s.via == "gpuscale" for s in policy.sources)),
     )

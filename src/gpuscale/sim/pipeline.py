@@ -3,15 +3,23 @@
 Pure. A pipeline maps a query time to the *sample instants* behind the answer:
 
 - ``GpuscalePipeline``: the agent samples every ``sampling_interval`` seconds and streams each sample to the
-  scaler at once; a query (KEDA poll, HPA sync) gets the latest sample, ``delay_seconds`` late. A trigger
-  ``window`` averages each GPU over the samples of the last ``window`` seconds.
+  scaler, where it arrives ``delay_seconds`` late; what the scaler makes of the samples it holds (window,
+  staleness, aggregation) is ``gpuscale.scaling``'s, run by ``engine``.
 - ``PrometheusPipeline``: the exporter collects every ``exporter_interval`` seconds, Prometheus scrapes
   every ``scrape_interval`` seconds (each at its offset) and keeps what the exporter last collected; the
   query sees the last scrape ``delay_seconds`` late (rule evaluation, network), or with ``range_seconds``
   the ``avg_over_time`` of the scrapes in that range.
 
-A *signal* is what the query or the scaler computes: ``demand``, the per-pod ``gpu_utilization`` (for an
-HPA ``Pods`` metric), or ``AGG(gpu_utilization)`` with AGG one of ``SIGNAL_AGGREGATIONS``.
+A *signal* is what the query or the scaler computes: ``demand`` (a request rate counted in front of the
+engines, so it exists at zero replicas), one value per pod of a *field* (``FIELD``, for an HPA ``Pods``
+metric), or ``AGG(FIELD)`` with AGG one of ``SIGNAL_AGGREGATIONS``. The fields (``SIGNAL_FIELDS``):
+
+- ``gpu_utilization``, ``gpu_memory`` (percent of the GPU's memory in use): dcgm-exporter's, from every
+  Running pod (a loading pod reports 0 % utilization and its memory filling);
+- ``queue`` (``vllm:num_requests_waiting``), ``running`` (``vllm:num_requests_running``), ``in_flight``
+  (waiting + running), ``kv_cache`` (``vllm:kv_cache_usage_perc`` x 100), ``ttft`` (seconds): the engine's,
+  from Ready pods only (a loading engine serves no metrics). ``sum(queue)`` is the query
+  ``sum(vllm:num_requests_waiting)``: empty, so 0 under ``ignoreNullValues``, with no Ready pod.
 """
 
 from __future__ import annotations
@@ -19,65 +27,71 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
+from ..scaling.aggregate import aggregate
+from ..scaling.profiles import Aggregation
 from .workload import Observation
 
 __all__ = [
+    "PER_POD_SYNTAX",
+    "SCALAR_SYNTAX",
     "SIGNAL_AGGREGATIONS",
+    "SIGNAL_FIELDS",
     "SIGNAL_SYNTAX",
+    "Field",
     "GpuscalePipeline",
     "PrometheusPipeline",
     "Signal",
-    "aggregate",
     "evaluate_scalar",
     "parse_signal",
     "per_pod_values",
+    "query_aggregate",
 ]
 
 SIGNAL_AGGREGATIONS = ("avg", "count", "max", "min", "p50", "p90", "p95", "p99", "sum")
-SIGNAL_SYNTAX = "demand, gpu_utilization, or AGG(gpu_utilization) with AGG in " + ", ".join(
-    SIGNAL_AGGREGATIONS
+SIGNAL_FIELDS = ("gpu_utilization", "gpu_memory", "queue", "running", "in_flight", "kv_cache", "ttft")
+Field = Literal["gpu_utilization", "gpu_memory", "queue", "running", "in_flight", "kv_cache", "ttft"]
+_FIELDS_TEXT = f"FIELD in {', '.join(SIGNAL_FIELDS)}"
+SIGNAL_SYNTAX = (
+    f"demand, FIELD or AGG(FIELD), with {_FIELDS_TEXT} and AGG in {', '.join(SIGNAL_AGGREGATIONS)}"
 )
-_AGG = re.compile(r"^\s*(" + "|".join(SIGNAL_AGGREGATIONS) + r")\s*\(\s*gpu_utilization\s*\)\s*$")
+PER_POD_SYNTAX = f"FIELD (one value per pod), {_FIELDS_TEXT}"
+SCALAR_SYNTAX = f"demand or AGG(FIELD), {_FIELDS_TEXT} and AGG in {', '.join(SIGNAL_AGGREGATIONS)}"
+_AGG = re.compile(
+    r"^\s*(" + "|".join(SIGNAL_AGGREGATIONS) + r")\s*\(\s*(" + "|".join(SIGNAL_FIELDS) + r")\s*\)\s*$"
+)
+_ENGINE_FIELDS = frozenset(("queue", "running", "in_flight", "kv_cache", "ttft"))
 
 
 @dataclass(frozen=True)
 class Signal:
     kind: Literal["demand", "per_pod", "aggregate"]
     aggregation: str = ""
+    field: Field = "gpu_utilization"
 
     def __str__(self) -> str:
         if self.kind == "demand":
             return "demand"
         if self.kind == "per_pod":
-            return "gpu_utilization"
-        return f"{self.aggregation}(gpu_utilization)"
+            return self.field
+        return f"{self.aggregation}({self.field})"
 
 
 def parse_signal(text: str) -> Signal | None:
     stripped = text.strip()
     if stripped == "demand":
         return Signal("demand")
-    if stripped == "gpu_utilization":
-        return Signal("per_pod")
+    if stripped in SIGNAL_FIELDS:
+        return Signal("per_pod", field=cast(Field, stripped))
     match = _AGG.match(stripped)
-    return Signal("aggregate", match.group(1)) if match else None
+    return Signal("aggregate", match.group(1), cast(Field, match.group(2))) if match else None
 
 
 @dataclass(frozen=True)
 class GpuscalePipeline:
     sampling_interval: int = 1
     delay_seconds: int = 0
-
-    def sample_times(self, t: int, window_seconds: int = 0) -> tuple[int, ...]:
-        last = (t - self.delay_seconds) // self.sampling_interval * self.sampling_interval
-        if last < 0:
-            return ()
-        if window_seconds <= self.sampling_interval:
-            return (last,)
-        first = max(0, last - window_seconds + self.sampling_interval)
-        return tuple(range(last, first - 1, -self.sampling_interval))[::-1]
 
 
 @dataclass(frozen=True)
@@ -107,8 +121,41 @@ class PrometheusPipeline:
         return tuple(c for c in (self._collected(s) for s in reversed(scrapes)) if c >= 0)
 
 
-def per_pod_values(observations: Sequence[Observation]) -> dict[str, float]:
-    """Each pod's mean over the observations in which it reported a sample (Ready: ``util``, loading: 0)."""
+def per_pod_values(observations: Sequence[Observation], field: Field = "gpu_utilization") -> dict[str, float]:
+    """Each pod's mean of ``field`` over the observations in which it reported it: GPU fields from every
+    Running pod (loading: 0 % utilization, its memory filling), engine fields from Ready pods only."""
+    if field == "gpu_utilization":
+        return _utilization_per_pod(observations)
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for o in observations:
+        if field == "gpu_memory":
+            values = o.memory()
+        elif field in _ENGINE_FIELDS:
+            values = dict.fromkeys(o.ready, _engine_value(o, field)) if o.ready else {}
+        else:
+            raise ValueError(field)
+        for name, v in values.items():
+            sums[name] = sums.get(name, 0.0) + v
+            counts[name] = counts.get(name, 0) + 1
+    return {name: sums[name] / counts[name] for name in sums}
+
+
+def _engine_value(o: Observation, field: Field) -> float:
+    """One Ready pod's engine metric (each holds an equal share of the workload's requests)."""
+    n = len(o.ready)
+    if field == "queue":
+        return o.waiting / n
+    if field == "running":
+        return o.running / n
+    if field == "in_flight":
+        return (o.waiting + o.running) / n
+    if field == "kv_cache":
+        return o.kv_cache
+    return o.ttft
+
+
+def _utilization_per_pod(observations: Sequence[Observation]) -> dict[str, float]:
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
     i, n = 0, len(observations)
@@ -128,26 +175,14 @@ def per_pod_values(observations: Sequence[Observation]) -> dict[str, float]:
     return {name: sums[name] / counts[name] for name in sums}
 
 
-def aggregate(values: Sequence[float], aggregation: str) -> float | None:
-    """None when there is nothing to aggregate (an empty query result, no GPU samples)."""
+def query_aggregate(values: Sequence[float], aggregation: str) -> float | None:
+    """What a PromQL aggregation over the per-pod series gives; None when there is nothing to aggregate (an
+    empty query result). ``count`` is PromQL's; the others are the scaler's own (``gpuscale.scaling``)."""
     if not values:
         return None
     if aggregation == "count":
         return float(len(values))
-    if aggregation == "sum":
-        return float(sum(values))
-    if aggregation == "avg":
-        return sum(values) / len(values)
-    if aggregation == "max":
-        return max(values)
-    if aggregation == "min":
-        return min(values)
-    q = int(aggregation[1:]) / 100  # linear interpolation between closest ranks
-    ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+    return aggregate(values, cast(Aggregation, aggregation))
 
 
 def evaluate_scalar(signal: Signal, observations: Sequence[Observation]) -> float | None:
@@ -156,4 +191,5 @@ def evaluate_scalar(signal: Signal, observations: Sequence[Observation]) -> floa
         return None
     if signal.kind == "demand":
         return sum(o.demand for o in observations) / len(observations)
-    return aggregate(list(per_pod_values(observations).values()), signal.aggregation or "avg")
+    values = per_pod_values(observations, signal.field)
+    return query_aggregate(list(values.values()), signal.aggregation or "avg")

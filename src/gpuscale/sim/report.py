@@ -1,6 +1,9 @@
-"""Run a scenario and write what it produced: ``timeline.csv``, ``summary.json``, ``plot.png``.
+"""Run a scenario and write what it produced: ``timeline.csv``, ``summary.json``, ``plot.png``; for several
+scenarios (the standard set) each one's in a folder of its own, plus ``table.md``, ``table.json`` and
+``set.png``.
 
-``run_scenario`` is pure; ``write_outputs`` is the only function here that touches the file system.
+``run_scenario`` is pure; ``write_outputs`` and ``write_set`` are the only functions here that touch the file
+system.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from .scenario import Scenario
 from .summary import Summary, summarize
 from .workload import demand_series, step_time
 
-__all__ = ["Outputs", "Result", "run_scenario", "write_outputs"]
+__all__ = ["Outputs", "Result", "SetOutputs", "run_scenario", "write_outputs", "write_set"]
 
 TIMELINE_COLUMNS = (
     "t",
@@ -29,6 +32,11 @@ TIMELINE_COLUMNS = (
     "pods",
     "metric_value",
     "utilization_pct",
+    "served",
+    "unserved",
+    "waiting",
+    "kv_cache_pct",
+    "ttft_seconds",
 )
 
 
@@ -44,6 +52,14 @@ class Outputs:
     timeline: Path
     summary: Path
     plot: Path | None  # None without matplotlib (the ``plots`` extra)
+
+
+@dataclass(frozen=True)
+class SetOutputs:
+    scenarios: tuple[Outputs, ...]
+    table: Path  # table.md
+    json: Path  # table.json
+    plot: Path | None  # set.png; None without matplotlib
 
 
 def run_scenario(scenario: Scenario) -> Result:
@@ -80,6 +96,11 @@ def write_outputs(result: Result, out_dir: Path) -> Outputs:
                         tl.pods[t],
                         _fmt(tl.metric[t]),
                         _fmt(tl.utilization[t]),
+                        _fmt(tl.served[t]),
+                        _fmt(tl.unserved[t]),
+                        _fmt(tl.waiting[t]),
+                        _fmt(tl.kv_cache[t]),
+                        _fmt(tl.ttft[t]),
                     )
                 )
     summary_path = out_dir / "summary.json"
@@ -97,3 +118,23 @@ def write_outputs(result: Result, out_dir: Path) -> Outputs:
     plot_path = out_dir / "plot.png"
     plot_result(result, plot_path)
     return Outputs(timeline_path, summary_path, plot_path)
+
+
+def write_set(results: tuple[Result, ...], out_dir: Path) -> SetOutputs:
+    """Each result's outputs in ``out_dir/<scenario name>/``, and the comparison of them all."""
+    from .compare import rows, table_markdown
+
+    each = tuple(write_outputs(r, out_dir / r.scenario.name) for r in results)
+    table = rows(results)
+    table_path = out_dir / "table.md"
+    table_path.write_text(table_markdown(table), encoding="utf-8")
+    json_path = out_dir / "table.json"
+    doc = [{k: (round(v, 6) if isinstance(v, float) else v) for k, v in r.__dict__.items()} for r in table]
+    json_path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    if not plotting.available():
+        return SetOutputs(each, table_path, json_path, None)
+    from .plot import plot_set
+
+    plot_path = out_dir / "set.png"
+    plot_set(table, plot_path)
+    return SetOutputs(each, table_path, json_path, plot_path)

@@ -15,11 +15,12 @@ from typing import Literal, cast
 
 import yaml
 
+from ..scaling.profiles import ProfileSet
 from ._check import Checker
 from .engine import Policy
 from .errors import ScenarioError
 from .hpa import ControllerConfig
-from .manifests import ProfileDefaults, parse_policy
+from .manifests import parse_policy
 from .workload import (
     ConstantDemand,
     DemandShape,
@@ -80,11 +81,24 @@ def _workload(c: Checker, doc: dict[str, object]) -> Workload:
             "provisioningSeconds",
             "loadSeconds",
             "initialReplicas",
+            "terminationSeconds",
+            "maxQueueSeconds",
+            "requestSeconds",
+            "baseTtftSeconds",
+            "gpuMemoryGiB",
+            "modelMemoryGiB",
         ),
     )
     unit = c.string(raw, "demandUnit", p, default="requests/s", choices=("requests/s", "gpu-seconds/s"))
     gpus = c.integer(raw, "gpusPerReplica", p, default=1, minimum=1)
     default_capacity = float(gpus) if unit == "gpu-seconds/s" else None
+    memory = c.number(raw, "gpuMemoryGiB", p, default=80.0, minimum=0, exclusive=True)
+    model: float | None = None
+    if raw.get("modelMemoryGiB") is not None:
+        model = c.number(raw, "modelMemoryGiB", p, default=0.9 * memory, minimum=0)
+        if model > memory:
+            c.bad(f"{p}.modelMemoryGiB", raw["modelMemoryGiB"], f"a number <= gpuMemoryGiB ({memory:g})")
+            model = None
     return Workload(
         name=c.string(raw, "name", p, default="workload"),
         demand_unit=cast(Literal["requests/s", "gpu-seconds/s"], unit),
@@ -95,6 +109,12 @@ def _workload(c: Checker, doc: dict[str, object]) -> Workload:
         provisioning_seconds=c.integer(raw, "provisioningSeconds", p, default=0, minimum=0),
         load_seconds=c.integer(raw, "loadSeconds", p, default=60, minimum=0),
         initial_replicas=c.integer(raw, "initialReplicas", p, default=1, minimum=0),
+        termination_seconds=c.integer(raw, "terminationSeconds", p, default=0, minimum=0, maximum=86400),
+        max_queue_seconds=c.integer(raw, "maxQueueSeconds", p, default=0, minimum=0, maximum=86400),
+        request_seconds=c.number(raw, "requestSeconds", p, default=4.0, minimum=0, exclusive=True),
+        base_ttft_seconds=c.number(raw, "baseTtftSeconds", p, default=0.1, minimum=0),
+        gpu_memory_gib=memory,
+        model_memory_gib=model,
     )
 
 
@@ -208,10 +228,10 @@ def parse_scenario(
     *,
     source: str = "scenario",
     read_text: Callable[[str], str] | None = None,
-    profiles: ProfileDefaults | None = None,
+    profiles: ProfileSet | None = None,
 ) -> Scenario:
     """Parse a scenario; ``read_text(path)`` reads files it names (demand CSVs), relative to the scenario;
-    ``profiles`` are what a gpuscale trigger's ``profile`` may name (``manifests.ProfileDefaults``)."""
+    ``profiles`` are what a gpuscale trigger's ``profile`` may name (default: the built-in ones)."""
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:

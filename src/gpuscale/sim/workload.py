@@ -1,15 +1,26 @@
-"""The workload: a demand trace, GPU capacity per replica, pod start-up, and what its GPUs report.
+"""The workload: a demand trace, the engine's queue, pod start-up in phases, and what its GPUs report.
 
-Pure. A pod is created Pending, runs (model loading, GPU busy 0 %, not Ready) after
-``provisioning_seconds``, and is Ready ``load_seconds`` later. Ready pods share the demand evenly; each one's
-GPU utilization is ``min(100, 100 * demand / (ready * capacity_per_replica))``. Scale-down deletes pods as a
-ReplicaSet does: Pending first, then not Ready, then the newest.
+Pure. A pod starts in phases: **Pending** (scheduling, node provisioning, image pull) for
+``provisioning_seconds``, then **loading** (Running, not Ready: the model loads; the GPU is busy 0 % and its
+memory fills linearly from 0 to ``model_memory_gib``) for ``load_seconds``, then **Ready**.
+
+Demand arrives at the engines' queue (``EngineQueue``): each second, Ready replicas start up to
+``capacity_per_replica`` requests each, oldest first; what they cannot start waits, and a request that has
+waited ``max_queue_seconds`` without starting is abandoned (its client times out): it is *unserved*. With
+``max_queue_seconds`` 0 there is no queue: what Ready capacity cannot take in its second is unserved, the
+model before the queue existed. Ready pods share the load evenly: each one's GPU utilization is
+``100 * served / (ready * capacity_per_replica)``; the queue, the running requests (Little's law: served
+* ``request_seconds``), the KV-cache fill and the time to first token follow (``Observation``).
+
+Scale-down deletes pods as a ReplicaSet does: Pending first, then not Ready, then the newest; a deleted pod
+holds its GPUs for ``termination_seconds`` more (GPU-hours), and nothing counts it.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+from collections import deque
 from dataclasses import dataclass
 from typing import Literal
 
@@ -17,9 +28,11 @@ __all__ = [
     "ConstantDemand",
     "DemandShape",
     "DiurnalDemand",
+    "EngineQueue",
     "Observation",
     "Pod",
     "PointsDemand",
+    "Served",
     "SpikeDemand",
     "StepDemand",
     "Workload",
@@ -39,6 +52,23 @@ class Workload:
     provisioning_seconds: int = 0
     load_seconds: int = 60
     initial_replicas: int = 1
+    # a deleted pod keeps its GPUs this long (graceful shutdown), serving nothing and counted by no
+    # controller: the HPA ignores pods being deleted, and so do the agents
+    termination_seconds: int = 0
+    # a request not started after waiting this long is abandoned (unserved); 0: no queue
+    max_queue_seconds: int = 0
+    request_seconds: float = 4.0  # how long a started request runs (prefill + decode): its batch slot
+    base_ttft_seconds: float = 0.1  # time to first token with nothing queued (prefill)
+    gpu_memory_gib: float = 80.0  # each GPU's memory
+    # what the engine holds on each of its GPUs once loaded (weights + KV cache); None: 90 % of the GPU,
+    # vLLM's --gpu-memory-utilization default
+    model_memory_gib: float | None = None
+
+    @property
+    def loaded_memory_percent(self) -> float:
+        """The share of each GPU's memory a loaded engine holds, in percent."""
+        held = 0.9 * self.gpu_memory_gib if self.model_memory_gib is None else self.model_memory_gib
+        return min(100.0, 100.0 * held / self.gpu_memory_gib)
 
 
 @dataclass(frozen=True)
@@ -166,24 +196,129 @@ def scale_pods(
 
 
 @dataclass(frozen=True)
+class Served:
+    """What the queue did in one second: requests started (``served``), abandoned after waiting
+    ``max_queue_seconds`` (``abandoned``), and still waiting at the end of the second (``waiting``)."""
+
+    served: float
+    abandoned: float
+    waiting: float
+
+
+_EPS = 1e-9
+
+
+class EngineQueue:
+    """The engines' queue, one fluid FIFO for the workload (requests spread evenly over the Ready replicas).
+
+    ``step(t, arrivals, capacity)`` is one second: ``arrivals`` requests join the queue, up to ``capacity``
+    of the oldest start (``served``), and those that arrived ``max_wait`` or more seconds ago and have not
+    started are abandoned. A request that arrives and starts in the same second waits 0 s; so with
+    ``max_wait`` 0 whatever the second's capacity cannot start is abandoned at once (no queue). The
+    seconds each started request waited are added to ``delays`` (seconds -> requests); an abandoned one
+    counts as having waited ``max_wait``. Deterministic; the only mutable state of the workload model.
+    """
+
+    __slots__ = ("_cohorts", "delays", "max_wait", "waiting")
+
+    def __init__(self, max_wait: int) -> None:
+        self.max_wait = max_wait
+        self._cohorts: deque[list[float]] = deque()  # [arrival second, requests], oldest first
+        self.waiting = 0.0
+        self.delays: dict[int, float] = {}
+
+    def step(self, t: int, arrivals: float, capacity: float) -> Served:
+        arrivals = max(0.0, arrivals)
+        capacity = max(0.0, capacity)
+        delays = self.delays
+        if not self._cohorts and arrivals <= capacity:  # the common case: nothing waits
+            if arrivals > 0:
+                delays[0] = delays.get(0, 0.0) + arrivals
+            return Served(arrivals, 0.0, 0.0)
+        if arrivals > 0:
+            self._cohorts.append([float(t), arrivals])
+        served, room = 0.0, capacity
+        while self._cohorts and room > _EPS:
+            cohort = self._cohorts[0]
+            take = min(room, cohort[1])
+            wait = t - int(cohort[0])
+            delays[wait] = delays.get(wait, 0.0) + take
+            served += take
+            room -= take
+            cohort[1] -= take
+            if cohort[1] <= _EPS:
+                self._cohorts.popleft()
+        abandoned = 0.0
+        while self._cohorts and t - int(self._cohorts[0][0]) >= self.max_wait:
+            gone = self._cohorts.popleft()[1]
+            abandoned += gone
+            delays[self.max_wait] = delays.get(self.max_wait, 0.0) + gone
+        self.waiting = sum(c[1] for c in self._cohorts) if self._cohorts else 0.0
+        return Served(served, abandoned, self.waiting)
+
+
+@dataclass(frozen=True)
 class Observation:
-    """The true state at one second: demand, and the GPU utilization each Running pod reports
-    (``util`` for Ready pods, 0 for loading ones). Pending pods report nothing."""
+    """The true state at one second: demand, what each Running pod reports, and the engines' state.
+
+    ``util`` is each Ready pod's GPU utilization; a loading pod reports 0 % and its GPU memory filling
+    (``loading_memory``, percent, one per ``loading`` pod); a Pending pod reports nothing. ``served``,
+    ``waiting`` and ``running`` are the workload's requests started this second, waiting and running;
+    ``kv_cache`` (percent) and ``ttft`` (seconds) are each Ready pod's, NaN with no Ready pod. Engine
+    metrics come from Ready pods only: a loading engine serves no metrics yet."""
 
     demand: float
     util: float
     ready: tuple[str, ...]
     loading: tuple[str, ...]
+    loading_memory: tuple[float, ...] = ()
+    ready_memory: float = 0.0
+    served: float = 0.0
+    waiting: float = 0.0
+    running: float = 0.0
+    kv_cache: float = math.nan
+    ttft: float = math.nan
 
     def samples(self) -> dict[str, float]:
         values = dict.fromkeys(self.loading, 0.0)
         values.update(dict.fromkeys(self.ready, self.util))
         return values
 
+    def memory(self) -> dict[str, float]:
+        """Each Running pod's GPU memory in use, percent of the GPU."""
+        values = dict(zip(self.loading, self.loading_memory, strict=True))
+        values.update(dict.fromkeys(self.ready, self.ready_memory))
+        return values
 
-def observe(pods: tuple[Pod, ...], demand: float, workload: Workload, now: int) -> Observation:
+
+def observe(
+    pods: tuple[Pod, ...], demand: float, workload: Workload, now: int, step: Served | None = None
+) -> Observation:
+    """The state at ``now``; ``step`` is what the queue did this second (None: every request beyond the
+    Ready capacity is lost, no queue)."""
     ready = tuple(p.name for p in pods if now >= p.ready_at)
-    loading = tuple(p.name for p in pods if p.running_at <= now < p.ready_at)
+    loading_pods = [p for p in pods if p.running_at <= now < p.ready_at]
     capacity = len(ready) * workload.capacity_per_replica
-    util = min(100.0, 100.0 * demand / capacity) if capacity > 0 else 0.0
-    return Observation(demand, util, ready, loading)
+    if step is None:
+        step = Served(min(demand, capacity), max(0.0, demand - capacity), 0.0)
+    full = workload.loaded_memory_percent
+    memory = tuple(full * (now - p.running_at) / (p.ready_at - p.running_at) for p in loading_pods)
+    if capacity <= 0:
+        return Observation(
+            demand, 0.0, ready, tuple(p.name for p in loading_pods), memory, full, step.served, step.waiting
+        )
+    running = step.served * workload.request_seconds
+    slots = capacity * workload.request_seconds
+    return Observation(
+        demand,
+        min(100.0, 100.0 * step.served / capacity),
+        ready,
+        tuple(p.name for p in loading_pods),
+        memory,
+        full,
+        step.served,
+        step.waiting,
+        running,
+        min(100.0, 100.0 * (running + step.waiting) / slots) if slots > 0 else 100.0,
+        workload.base_ttft_seconds + step.waiting / capacity,
+    )

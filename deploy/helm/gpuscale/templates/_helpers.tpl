@@ -33,8 +33,18 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
+{{/* The image both run. Nothing publishes one: the repository is the user's own registry (docs/install.md,
+     "The image"); a digest, when given, pins it (and the tag is left out). */}}
 {{- define "gpuscale.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- $i := .Values.image -}}
+{{- if not $i.repository -}}
+{{- fail "image.repository is required: nothing publishes a gpuscale image; build this repository's Dockerfile for your nodes' architectures, push it to your registry and set image.repository (docs/install.md, \"The image\")" -}}
+{{- end -}}
+{{- if $i.digest -}}
+{{ $i.repository }}@{{ $i.digest }}
+{{- else -}}
+{{ $i.repository }}:{{ $i.tag | default .Chart.AppVersion }}
+{{- end -}}
 {{- end -}}
 
 {{/* Node affinity terms: "any of the GPU labels" (agent) or "none of them" (scaler). */}}
@@ -74,4 +84,28 @@ capabilities:
   drop: ["ALL"]
 seccompProfile:
   type: RuntimeDefault
+{{- end -}}
+
+
+{{/* The ServiceAccount a component runs as: made by the chart (serviceAccount.create, the default) under
+     serviceAccount.name or <fullname>-<component>; else serviceAccount.name, or the namespace's "default". */}}
+{{- define "gpuscale.serviceAccountName" -}}
+{{- $c := index .root.Values .component -}}
+{{- $sa := $c.serviceAccount | default dict -}}
+{{- if or (not (hasKey $sa "create")) $sa.create -}}
+{{- $sa.name | default (printf "%s-%s" (include "gpuscale.fullname" .root) .component) -}}
+{{- else -}}
+{{- $sa.name | default "default" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gpuscale.serviceAccountCreate" -}}
+{{- $sa := (index .root.Values .component).serviceAccount | default dict -}}
+{{- if or (not (hasKey $sa "create")) $sa.create }}true{{ end -}}
+{{- end -}}
+
+{{/* The container securityContext: the chart's (above) with containerSecurityContext over it. */}}
+{{- define "gpuscale.containerSecurityContextFor" -}}
+{{- $base := include "gpuscale.containerSecurityContext" .root | fromYaml -}}
+{{- toYaml (mergeOverwrite $base ((index .root.Values .component).containerSecurityContext | default dict)) -}}
 {{- end -}}

@@ -1,0 +1,235 @@
+"""What KEDA gets for one trigger: ``answer`` turns the GPU series a trigger's scope holds into the value
+(``GetMetrics``) and the activity (``IsActive``), or the error that says why there is none.
+
+The rules of a workload as a whole live here, once, for the scaler and the simulator alike:
+
+* a workload with no GPU pod on a GPU node (scaled to zero, or every pod Pending) reports **0 and
+  inactive**: there is nothing to measure, and KEDA's activation from zero needs another trigger;
+* a **missing pod** is a GPU pod of the workload (one that asks for a GPU, running on a GPU node) without a
+  fresh, attributed sample: its agent is gone, hung or restarting, its node was forgotten, the kubelet lists
+  no device for it, or its share of a shared GPU is unknown. Missing pods are treated as the HPA treats pods
+  without metrics (``replica_calculator.go``): when the fresh pods ask to scale up, missing pods count as 0;
+  when they ask to scale down, as exactly the target; the ratio is computed again, and if that flips the
+  direction or falls within the HPA's tolerance (``HPA_TOLERANCE``, kube-controller-manager's default 0.1),
+  the answer keeps the current count (``target x pods``). So broken monitoring never scales a workload
+  down, and a workload with missing pods is never inactive;
+* ``MissingPods`` (``UNAVAILABLE``: KEDA keeps the replicas or applies its fallback) when no GPU pod is fresh,
+  or when more than ``maxMissingPercent`` of them are missing; ``UnattributedPods`` when GPU pods run but none
+  has an attributed GPU;
+* otherwise ``aggregate.evaluate``: smoothing per GPU, aggregation, and ``aggregate * pods`` in workload
+  scope (``NoDataError`` when no GPU has a fresh sample).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from .aggregate import Evaluation, GpuSeries, aggregate, evaluate
+from .engine import EngineSeries, pod_value
+from .errors import MissingPods, UnattributedPods
+from .keys import ADDITIVE_METRICS, ENGINE_METRICS
+from .metadata import TriggerMetadata
+
+__all__ = ["HPA_TOLERANCE", "NO_PODS", "GpuPod", "Missing", "answer", "missing_pods"]
+
+NO_PODS = Evaluation(
+    value=0.0, aggregate=0.0, active=False, gpus=0, pods=0, skipped=0, newest_sample_age=math.inf
+)
+# kube-controller-manager's --horizontal-pod-autoscaler-tolerance default: the band in which the HPA keeps
+# the current replica count.
+HPA_TOLERANCE = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPod:
+    """A pod of the workload that asks for a GPU, as the scaler knows it: ``name`` is ``namespace/name``;
+    ``connected``: its node's agent is streaming (False: gone or restarting; ``forgotten``: the node was
+    dropped after ``--forget-after``, its pods kept as missing)."""
+
+    name: str
+    node: str
+    connected: bool = True
+    forgotten: bool = False
+    reported: bool = True  # False: the Kubernetes API lists it Running, no agent has reported it
+
+
+@dataclass(frozen=True, slots=True)
+class Missing:
+    """A missing pod and why: ``agent gone``, ``node forgotten``, ``no fresh sample``, ``no device listed``,
+    ``share unknown`` or ``metric not reported``."""
+
+    pod: str
+    node: str
+    reason: str
+
+
+def missing_pods(
+    md: TriggerMetadata,
+    series: Sequence[GpuSeries],
+    gpu_pods: Sequence[GpuPod],
+    fresh: frozenset[str],
+    *,
+    now: float,
+) -> list[Missing]:
+    """The GPU pods of ``gpu_pods`` not in ``fresh``, each with its reason."""
+    has_gpu: dict[str, bool] = {}  # pod -> any sample within staleAfter
+    for s in series:
+        if s.pod is not None:
+            recent = any(now - x.timestamp <= md.stale_after for x in s.samples[-1:])
+            has_gpu[s.pod] = has_gpu.get(s.pod, False) or recent
+    out: list[Missing] = []
+    for p in gpu_pods:
+        if p.name in fresh:
+            continue
+        node_reason = _reason(p)
+        if node_reason is not None:
+            reason = node_reason
+        elif p.name not in has_gpu:
+            reason = "no device listed"
+        elif not has_gpu[p.name]:
+            reason = "no fresh sample"
+        else:
+            reason = "share unknown" if md.share == "container" else "metric not reported"
+        out.append(Missing(p.name, p.node, reason))
+    return out
+
+
+def answer(
+    md: TriggerMetadata,
+    series: Sequence[GpuSeries],
+    *,
+    now: float,
+    gpu_pods: Sequence[GpuPod] = (),
+    workload: str = "the workload",
+    engines: Sequence[EngineSeries] = (),
+) -> Evaluation:
+    """The answer for ``md`` over ``series`` at ``now`` (Unix seconds). ``gpu_pods``: in workload scope, the
+    workload's pods that ask for a GPU, wherever the scaler knows them from (connected, stale or forgotten
+    nodes); ``workload`` names it in errors. Raise ``UnattributedPods``, ``MissingPods`` or ``NoDataError``
+    where there is no honest value."""
+    if md.metric in ENGINE_METRICS:
+        return _engine_answer(md, engines, now=now, gpu_pods=gpu_pods, workload=workload)
+    if md.scope != "workload":
+        return evaluate(md, series, now=now)
+    if not series:
+        if gpu_pods:
+            if all(p.connected for p in gpu_pods):
+                raise UnattributedPods(workload, len(gpu_pods))
+            raise _missing(workload, md, missing_pods(md, series, gpu_pods, frozenset(), now=now), 0)
+        return NO_PODS
+    try:
+        result = evaluate(md, series, now=now)
+    except Exception:
+        if gpu_pods and any(not p.connected for p in gpu_pods):
+            raise _missing(
+                workload, md, missing_pods(md, series, gpu_pods, frozenset(), now=now), 0
+            ) from None
+        raise
+    missing = missing_pods(md, series, gpu_pods, result.fresh_pods, now=now)
+    if not missing:
+        return result
+    fresh = len(result.fresh_pods)
+    total = fresh + len(missing)
+    if 100.0 * len(missing) / total > md.max_missing_percent:
+        raise _missing(workload, md, missing, fresh)
+    value = _hpa_rule(md, result.aggregate, fresh, len(missing))
+    return replace(result, value=value, active=True, missing=len(missing), missing_where=_where(missing))
+
+
+def _engine_answer(
+    md: TriggerMetadata,
+    engines: Sequence[EngineSeries],
+    *,
+    now: float,
+    gpu_pods: Sequence[GpuPod],
+    workload: str,
+) -> Evaluation:
+    """An engine metric: each pod's value from its engine's readings (``engine.pod_value``); additive
+    metrics report the sum over the fresh pods (the per-pod mean times their count), the others the
+    aggregate times the pods, as GPU metrics do. Pods without an engine value are missing pods."""
+    known = {p.name: p for p in gpu_pods}
+    values: dict[str, float] = {}
+    why: dict[str, str] = {}
+    newest = math.inf
+    for e in engines:
+        value = None if e.missing is not None else pod_value(md, e.samples, now)
+        if value is None:
+            why[e.pod] = e.missing or ("no fresh engine reading" if e.samples else "no engine reading")
+            continue
+        values[e.pod] = value
+        newest = min(newest, max(0.0, now - e.samples[-1].timestamp))
+        known.setdefault(e.pod, GpuPod(e.pod, "?"))
+    if not known:
+        return NO_PODS
+    missing = [
+        Missing(p.name, p.node, _reason(p) or why.get(p.name, "no engine reading"))
+        for p in known.values()
+        if p.name not in values
+    ]
+    fresh = len(values)
+    if not values:
+        raise _missing(workload, md, missing, 0)
+    additive = md.metric in ADDITIVE_METRICS
+    per_pod = list(values.values())
+    agg = math.fsum(per_pod) / fresh if additive else aggregate(per_pod, md.aggregation)
+    activity = agg * fresh if additive else agg
+    result = Evaluation(
+        value=agg * fresh,
+        aggregate=agg,
+        active=activity > md.activation_value,
+        gpus=0,
+        pods=fresh,
+        skipped=len(missing),
+        newest_sample_age=newest,
+        fresh_pods=frozenset(values),
+    )
+    if not missing:
+        return result
+    if 100.0 * len(missing) / (fresh + len(missing)) > md.max_missing_percent:
+        raise _missing(workload, md, missing, fresh)
+    value = _hpa_rule(md, agg, fresh, len(missing))
+    return replace(result, value=value, active=True, missing=len(missing), missing_where=_where(missing))
+
+
+def _reason(p: GpuPod) -> str | None:
+    """Why a pod is missing whatever the metric, when its node says so."""
+    if not p.reported:
+        return "not reported by its node's agent"
+    if p.forgotten:
+        return "node forgotten"
+    if not p.connected:
+        return "agent gone"
+    return None
+
+
+def _hpa_rule(md: TriggerMetadata, aggregate: float, fresh: int, missing: int) -> float:
+    """The value from which the HPA's ``ceil(value / target)`` is what it computes for pods without metrics:
+    missing pods count 0 on scale-up and the target on scale-down, and a flip or a ratio within the tolerance
+    keeps the current count."""
+    target = md.target_value
+    pods = fresh + missing
+    hold = target * pods
+    ratio = aggregate / target
+    if ratio > 1.0:
+        scaled = aggregate * fresh
+        return scaled if scaled / hold > 1.0 + HPA_TOLERANCE else hold
+    if ratio < 1.0:
+        scaled = aggregate * fresh + target * missing
+        return scaled if scaled / hold < 1.0 - HPA_TOLERANCE else hold
+    return hold
+
+
+def _where(missing: Sequence[Missing]) -> tuple[str, ...]:
+    """Where missing pods are and why, per node and reason: ``node-3 (agent gone: 2 pods)``."""
+    where = Counter((m.node, m.reason) for m in missing)
+    return tuple(
+        f"{node} ({reason}: {n} pod{'s' if n != 1 else ''})" for (node, reason), n in sorted(where.items())
+    )
+
+
+def _missing(workload: str, md: TriggerMetadata, missing: Sequence[Missing], fresh: int) -> MissingPods:
+    limit = md.max_missing_percent
+    return MissingPods(workload, missing=len(missing), fresh=fresh, limit=limit, nodes=_where(missing))

@@ -1,0 +1,269 @@
+"""Inference-engine signals over a window: gauges per pod, token rates from counter deltas, latency quantiles
+from histogram bucket deltas. Pure: samples and ``now`` in, numbers (or ``None``: missing) out.
+
+Why: an engine exposes counters and histograms counted since it started; a trigger wants what happened in
+its ``window`` (generation tokens per second now, TTFT p95 over the last minute). These are the same
+computations as PromQL's ``rate`` and ``histogram_quantile(q, increase(…_bucket[window]))``, done on the
+agent's samples of one pod.
+
+How:
+
+- The window is the samples with ``now - window < timestamp <= now`` (oldest first, as a pod's history
+  keeps them). A rate or a delta needs two samples of it at different times; fewer is ``None``.
+- **Restarts.** A counter that goes backwards, or a histogram whose buckets change or whose cumulative
+  count falls, means the engine restarted: the computation starts over from that sample, so what came
+  before it never counts and a rate is never negative. (Prometheus' ``rate`` instead adds the value after
+  the reset, assuming the counter restarted at 0; starting over is more conservative: right after a
+  restart the value is missing until two samples follow it.)
+- ``model=None`` takes every model of the newest sample in the window: token rates and bucket deltas add up
+  over them, waiting and running requests add up, the KV-cache fill is the fullest model's. If any one of
+  them lacks the value, the pod's value is ``None``: a missing part never reads as 0.
+- ``quantile`` is Prometheus' ``histogram_quantile`` (``promql/quantile.go`` ``bucketQuantile``): find the
+  bucket holding the rank ``q * count``, interpolate linearly within it (from 0 for the first bucket when
+  its bound is positive); a rank in the ``+Inf`` bucket answers the highest finite bound. No observation in
+  the window is ``None``: no latency was measured, which is not a latency of 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from ..model import BucketCounts, EngineSample, ModelSignals
+from .metadata import TriggerMetadata
+
+__all__ = [
+    "CounterField",
+    "EngineSeries",
+    "GaugeField",
+    "HistogramField",
+    "counter_rate",
+    "gauge",
+    "histogram_delta",
+    "histogram_quantile",
+    "in_window",
+    "merge",
+    "pod_value",
+    "quantile",
+]
+
+GaugeField = Literal["waiting", "running", "kv_cache_usage"]
+CounterField = Literal["prompt_tokens", "generation_tokens"]
+HistogramField = Literal["ttft", "itl"]
+
+
+def in_window(samples: Sequence[EngineSample], now: float, window: float) -> list[EngineSample]:
+    """The samples with ``now - window < timestamp <= now``, oldest first."""
+    start = now - window
+    return [s for s in samples if start < s.timestamp <= now]
+
+
+def _models(newest: EngineSample, model: str | None) -> list[str]:
+    return [m.model for m in newest.models] if model is None else [model]
+
+
+def gauge(sample: EngineSample, field: GaugeField, model: str | None = None) -> float | None:
+    """One sample's value for the pod (``model=None``: waiting and running summed over its models, the
+    KV-cache fill of the fullest) or for one model; ``None`` when a part is absent or there is no model."""
+    values: list[float] = []
+    for name in _models(sample, model):
+        m = sample.model(name)
+        value = getattr(m, field) if m is not None else None
+        if value is None:
+            return None
+        values.append(value)
+    if not values:
+        return None
+    return max(values) if field == "kv_cache_usage" else math.fsum(values)
+
+
+def _series(samples: Sequence[EngineSample], name: str) -> list[tuple[float, ModelSignals | None]]:
+    return [(s.timestamp, s.model(name)) for s in samples]
+
+
+def _model_rate(samples: Sequence[EngineSample], name: str, field: CounterField) -> float | None:
+    points: list[tuple[float, float]] = []
+    for t, m in _series(samples, name):
+        value: float | None = getattr(m, field) if m is not None else None
+        if value is not None:
+            points.append((t, value))
+    start = 0
+    for i in range(1, len(points)):
+        if points[i][1] < points[i - 1][1]:  # went backwards: the engine restarted
+            start = i
+    points = points[start:]
+    if len(points) < 2 or points[-1][0] <= points[0][0]:
+        return None
+    (t0, v0), (t1, v1) = points[0], points[-1]
+    return (v1 - v0) / (t1 - t0)
+
+
+def counter_rate(
+    samples: Sequence[EngineSample], now: float, window: float, field: CounterField, model: str | None = None
+) -> float | None:
+    """Per second over the window (``generation_tokens``: the engine's tokens/s), summed over the models
+    when ``model`` is ``None``."""
+    picked = in_window(samples, now, window)
+    if not picked:
+        return None
+    total = 0.0
+    names = _models(picked[-1], model)
+    if not names:
+        return None
+    for name in names:
+        rate = _model_rate(picked, name, field)
+        if rate is None:
+            return None
+        total += rate
+    return total
+
+
+def _restarted(before: BucketCounts, after: BucketCounts) -> bool:
+    return before.bounds != after.bounds or any(
+        a < b for a, b in zip(after.counts, before.counts, strict=True)
+    )
+
+
+def _model_delta(samples: Sequence[EngineSample], name: str, field: HistogramField) -> BucketCounts | None:
+    points: list[tuple[float, BucketCounts]] = []
+    for t, m in _series(samples, name):
+        h = getattr(m, field) if m is not None else None
+        if h is not None:
+            points.append((t, h))
+    start = 0
+    for i in range(1, len(points)):
+        if _restarted(points[i - 1][1], points[i][1]):
+            start = i
+    points = points[start:]
+    if len(points) < 2 or points[-1][0] <= points[0][0]:
+        return None
+    first, last = points[0][1], points[-1][1]
+    return BucketCounts(last.bounds, tuple(b - a for a, b in zip(first.counts, last.counts, strict=True)))
+
+
+def histogram_delta(
+    samples: Sequence[EngineSample],
+    now: float,
+    window: float,
+    field: HistogramField,
+    model: str | None = None,
+) -> BucketCounts | None:
+    """The observations of the window, per bucket (cumulative), merged over the models when ``model`` is
+    ``None``. Merge the deltas of several pods with ``merge`` for a workload's quantile."""
+    picked = in_window(samples, now, window)
+    if not picked:
+        return None
+    deltas: list[BucketCounts] = []
+    for name in _models(picked[-1], model):
+        delta = _model_delta(picked, name, field)
+        if delta is None:
+            return None
+        deltas.append(delta)
+    return merge(deltas)
+
+
+def merge(histograms: Iterable[BucketCounts]) -> BucketCounts | None:
+    """Bucket-wise sum; ``None`` when there is none, or their buckets differ (they cannot be added)."""
+    items = list(histograms)
+    if not items:
+        return None
+    bounds = items[0].bounds
+    if any(h.bounds != bounds for h in items[1:]):
+        return None
+    return BucketCounts(bounds, tuple(math.fsum(c) for c in zip(*(h.counts for h in items), strict=True)))
+
+
+def quantile(q: float, histogram: BucketCounts) -> float | None:
+    """Prometheus' ``histogram_quantile(q, …)`` of cumulative bucket counts; ``None`` where it answers NaN:
+    no observation, fewer than two buckets, no ``+Inf`` bucket, a rank of 0 in an empty first bucket
+    (``tests/scaling/test_engine_quantile_prometheus.py`` holds it to a real Prometheus)."""
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile {q:g} must be between 0 and 1")
+    bounds, counts = histogram.bounds, list(histogram.counts)
+    if len(bounds) < 2 or bounds[-1] != math.inf or len(counts) != len(bounds):
+        return None
+    for i in range(1, len(counts)):  # promql's ensureMonotonic
+        counts[i] = max(counts[i], counts[i - 1])
+    observations = counts[-1]
+    if observations <= 0:
+        return None
+    rank = q * observations
+    b = next(i for i, c in enumerate(counts) if c >= rank)
+    if b == len(bounds) - 1:
+        return bounds[-2]
+    if b == 0 and bounds[0] <= 0:
+        return bounds[0]
+    start = 0.0 if b == 0 else bounds[b - 1]
+    end, count = bounds[b], counts[b]
+    if b > 0:
+        count -= counts[b - 1]
+        rank -= counts[b - 1]
+    return start + (end - start) * (rank / count) if count > 0 else None  # 0/0: Prometheus says NaN
+
+
+def histogram_quantile(
+    samples: Sequence[EngineSample],
+    now: float,
+    window: float,
+    field: HistogramField,
+    q: float,
+    model: str | None = None,
+) -> float | None:
+    """``quantile`` of the window's ``histogram_delta`` (TTFT p95: ``field="ttft", q=0.95``)."""
+    delta = histogram_delta(samples, now, window, field, model)
+    return None if delta is None else quantile(q, delta)
+
+
+# ----- a trigger over a workload's engines -----------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class EngineSeries:
+    """What the scaler holds of one of the workload's pods' engine: its readings (oldest first) and, when its
+    newest scrape failed (or the pod has no endpoint, or its agent reads no engines), why: ``missing``."""
+
+    pod: str
+    samples: Sequence[EngineSample]
+    missing: str | None = None
+
+
+def pod_value(md: TriggerMetadata, samples: Sequence[EngineSample], now: float) -> float | None:
+    """One pod's value of an engine metric, or ``None`` (its engine did not say: missing). Gauges are the
+    mean of the window's readings (the newest fresh one when none is that young, as GPU samples are
+    smoothed); rates and latencies come from the window's counter and bucket deltas. A latency over a window
+    in which no request finished is 0: the engine answered, and nothing waited."""
+    fresh = in_window(samples, now, md.stale_after)
+    if not fresh:
+        return None
+    metric, model = md.metric, md.model
+    if metric in ("queue_length", "requests_in_flight", "kv_cache_usage"):
+        recent = in_window(fresh, now, md.window) or fresh[-1:]
+        values: list[float] = []
+        for s in recent:
+            if metric == "kv_cache_usage":
+                v = gauge(s, "kv_cache_usage", model)
+            else:
+                v = gauge(s, "waiting", model)
+                if v is not None and metric == "requests_in_flight":
+                    running = gauge(s, "running", model)
+                    v = None if running is None else v + running
+            if v is not None:
+                values.append(v)
+        return math.fsum(values) / len(values) if values else None
+    if metric == "generation_tokens_per_second":
+        return counter_rate(fresh, now, max(md.window, _two_samples(fresh)), "generation_tokens", model)
+    field: HistogramField = "itl" if metric == "itl_p95" else "ttft"
+    q = 0.5 if metric == "ttft_p50" else 0.95
+    delta = histogram_delta(fresh, now, max(md.window, _two_samples(fresh)), field, model)
+    if delta is None:
+        return None
+    if delta.total <= 0:
+        return 0.0
+    return quantile(q, delta)
+
+
+def _two_samples(samples: Sequence[EngineSample]) -> float:
+    """A window just long enough for the newest two readings (a rate needs two)."""
+    if len(samples) < 2:
+        return 0.0
+    return samples[-1].timestamp - samples[-2].timestamp + 1e-6

@@ -1,0 +1,321 @@
+"""Trigger metadata: the ``metadata`` map of a ScaledObject's ``external``/``external-push`` trigger,
+parsed once into a frozen, validated ``TriggerMetadata``.
+
+Precedence: explicit key > profile > built-in default. Every problem is collected before one
+``MetadataError`` is raised; each names the key, the value and what is allowed. KEDA's own keys
+(``scalerAddress``, TLS keys, …) are known and ignored; ``<key>FromEnv`` (resolved by KEDA from the target's
+environment) stands for ``<key>``. ``MetadataCache`` keeps parsed results (and errors) per metadata content.
+``docs/metadata.md`` is the user reference.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, cast
+
+from . import keys
+from .errors import MetadataError, SelectorError
+from .keys import check_choice, check_value, show
+from .profiles import (
+    Aggregation,
+    Metric,
+    Profile,
+    ProfileSet,
+    Scope,
+    Share,
+    combination_problems,
+    field_value,
+)
+from .selector import LabelSelector, parse_selector
+
+__all__ = [
+    "DEFAULTS",
+    "KEDA_KEYS",
+    "KEYS",
+    "MetadataCache",
+    "TriggerMetadata",
+    "metric_name",
+    "parse_metadata",
+    "target",
+]
+
+KEYS: Final = keys.KEY_NAMES
+KEDA_KEYS: Final = keys.KEDA_KEYS
+# No default for targetValue: a profile or the trigger must give it.
+DEFAULTS: Final[Mapping[str, object]] = {k.name: k.default for k in keys.KEYS if k.default is not None}
+_PROFILE_KEYS = tuple(k.name for k in keys.PROFILE_KEYS)
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_FROM_ENV = "FromEnv"
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerMetadata:
+    """Validated trigger metadata. Selectors and ``namespace`` are ``None`` when not given."""
+
+    metric: Metric
+    aggregation: Aggregation
+    target_value: float
+    activation_value: float
+    window: float
+    stale_after: float
+    scope: Scope
+    share: Share
+    max_missing_percent: float = 50.0
+    profile: str | None = None
+    pod_selector: LabelSelector | None = None
+    namespace: str | None = None
+    node_selector: LabelSelector | None = None
+    model: str | None = None
+
+    @property
+    def metric_name(self) -> str:
+        return metric_name(self)
+
+
+def metric_name(metadata: TriggerMetadata) -> str:
+    """A stable, KEDA-safe (``[a-z0-9-]``) name for GetMetricSpec, e.g. ``gpuscale-gpu-utilization-avg``;
+    non-default scope and share are appended (``…-p95-pool``, ``…-avg-container``)."""
+    parts = ["gpuscale", metadata.metric.replace("_", "-"), metadata.aggregation]
+    if metadata.scope != "workload":
+        parts.append(metadata.scope)
+    if metadata.share != "gpu":
+        parts.append(metadata.share)
+    return "-".join(parts)
+
+
+def target(metadata: TriggerMetadata) -> float:
+    """The target for GetMetricSpec (per replica in workload scope)."""
+    return metadata.target_value
+
+
+def parse_metadata(metadata: Mapping[str, str], profiles: ProfileSet | None = None) -> TriggerMetadata:
+    """Parse and validate; raise ``MetadataError`` listing every problem."""
+    profiles = ProfileSet.builtin() if profiles is None else profiles
+    problems: list[str] = []
+    raw = _collect_keys(metadata, problems)
+
+    profile: Profile | None = None
+    if "profile" in raw:
+        name, tail = check_choice(raw["profile"], profiles)
+        if tail is not None:
+            problems.append(f'parameter "profile" value {show(raw["profile"])} {tail}')
+        else:
+            profile = profiles[cast(str, name)]
+
+    explicit: dict[str, object] = {}
+    metric_raw = raw.get("metric")
+    for k in keys.KEYS:
+        if k.kind == "choice" and k.name in raw and k.name != "profile":
+            choice, tail = check_value(k, raw[k.name])
+            _note(explicit, problems, k.name, raw[k.name], choice, tail)
+    metric = explicit.get("metric", profile.metric if profile and profile.metric else DEFAULTS["metric"])
+    for k in keys.KEYS:
+        if k.kind == "number" and k.name in raw:
+            number, tail = check_value(k, raw[k.name], metric=metric)
+            _note(explicit, problems, k.name, raw[k.name], number, tail)
+
+    # A profile's thresholds are in its metric's unit: they do not carry over to another metric.
+    foreign = profile is not None and metric_raw is not None and profile.metric not in (None, metric)
+    values: dict[str, object] = {}
+    origin: dict[str, str] = {}
+    for key in _PROFILE_KEYS:
+        from_profile = field_value(profile, key) if profile is not None else None
+        if foreign and key in ("targetValue", "activationValue"):
+            from_profile = None
+        if key in explicit:
+            values[key], origin[key] = explicit[key], ""
+        elif key in raw:
+            continue  # invalid: already reported
+        elif from_profile is not None:
+            values[key], origin[key] = from_profile, f' (from profile "{cast(Profile, profile).name}")'
+        elif key in DEFAULTS:
+            values[key], origin[key] = DEFAULTS[key], " (default)"
+    if "targetValue" not in raw and "targetValue" not in values:
+        why = (
+            f'profile "{profile.name}" sets none for metric "{metric}"' if profile else "no profile is given"
+        )
+        problems.append(f'parameter "targetValue" is required ({why}); give a number greater than 0')
+
+    scope = values.get("scope")
+    selectors = _selectors(raw, scope, problems)
+    model = raw.get("model")
+    if model is not None:
+        if not isinstance(model, str) or not model.strip():
+            problems.append('parameter "model" value "" must be a model name; leave it out for every model')
+        elif "metric" in values and values["metric"] not in keys.ENGINE_METRICS:
+            problems.append(
+                f'parameter "model" value {show(model)} is only allowed with an engine metric '
+                f'({", ".join(sorted(keys.ENGINE_METRICS))}); metric is "{values["metric"]}"'
+            )
+    for key, bad, tail in combination_problems(
+        metric=cast(Metric | None, values.get("metric")),
+        aggregation=cast(Aggregation | None, values.get("aggregation")),
+        scope=cast(Scope | None, scope),
+        share=cast(Share | None, values.get("share")),
+        target=cast(float | None, values.get("targetValue")),
+        activation=cast(float | None, values.get("activationValue")),
+        window=cast(float | None, values.get("window")),
+        stale_after=cast(float | None, values.get("staleAfter")),
+    ):
+        shown = raw[key] if origin.get(key) == "" else bad
+        problems.append(f'parameter "{key}" value {show(shown)}{origin.get(key, "")} {tail}')
+
+    if problems:
+        raise MetadataError(tuple(problems))
+    return TriggerMetadata(
+        metric=cast(Metric, values["metric"]),
+        aggregation=cast(Aggregation, values["aggregation"]),
+        target_value=float(cast(float, values["targetValue"])),
+        activation_value=float(cast(float, values["activationValue"])),
+        window=float(cast(float, values["window"])),
+        stale_after=float(cast(float, values["staleAfter"])),
+        scope=cast(Scope, values["scope"]),
+        share=cast(Share, values["share"]),
+        max_missing_percent=float(cast(float, values["maxMissingPercent"])),
+        profile=profile.name if profile else None,
+        pod_selector=selectors.get("podSelector"),
+        namespace=cast(str | None, raw.get("namespace")),
+        node_selector=selectors.get("nodeSelector"),
+        model=cast(str | None, raw.get("model")),
+    )
+
+
+def _note(
+    out: dict[str, object], problems: list[str], key: str, raw: object, value: object, tail: str | None
+) -> None:
+    if tail is None:
+        out[key] = value
+    else:
+        problems.append(f'parameter "{key}" value {show(raw)} {tail}')
+
+
+def _collect_keys(metadata: Mapping[str, str], problems: list[str]) -> dict[str, object]:
+    """Our keys (``xFromEnv`` folded into ``x``) with their raw values; report unknown keys and conflicts."""
+    raw: dict[str, object] = {}
+    for key in sorted(metadata, key=str):
+        value = cast(object, metadata[key])
+        if not isinstance(key, str):
+            problems.append(f"parameter {show(key)} must be a string key")
+            continue
+        base = key[: -len(_FROM_ENV)] if key.endswith(_FROM_ENV) else key
+        if key in KEDA_KEYS or base in KEDA_KEYS:
+            continue
+        if key not in KEYS and base not in KEYS:
+            close = difflib.get_close_matches(key, KEYS, n=1)
+            hint = f' (did you mean "{close[0]}"?)' if close else ""
+            problems.append(
+                f"parameter {show(key)} is not known{hint}; known parameters are [{', '.join(KEYS)}]"
+            )
+            continue
+        name = key if key in KEYS else base
+        if name in raw:
+            problems.append(f'parameters "{name}" and "{name}{_FROM_ENV}" are both set; give only one')
+            continue
+        if not isinstance(value, str):
+            problems.append(f'parameter "{name}" value {show(value)} must be a string')
+            continue
+        raw[name] = value
+    return raw
+
+
+def _selectors(raw: Mapping[str, object], scope: object, problems: list[str]) -> dict[str, LabelSelector]:
+    out: dict[str, LabelSelector] = {}
+    for key, allowed_scope in (("podSelector", "workload"), ("nodeSelector", "pool")):
+        text = raw.get(key)
+        if text is None:
+            continue
+        assert isinstance(text, str)
+        if scope is not None and scope != allowed_scope:
+            problems.append(
+                f'parameter "{key}" value {show(text)} is only allowed with scope "{allowed_scope}" '
+                f'(scope is "{scope}")'
+            )
+        elif not text.strip():
+            problems.append(
+                f'parameter "{key}" value "" must be a non-empty label selector such as "app=llm"'
+            )
+        else:
+            try:
+                out[key] = parse_selector(text)
+            except SelectorError as e:
+                problems.extend(f'parameter "{key}" value {show(text)}: {p}' for p in e.problems)
+    if scope == "pool" and "nodeSelector" not in raw:
+        problems.append(
+            'parameter "nodeSelector" is required with scope "pool"; give a label selector such as '
+            '"nvidia.com/gpu.product=NVIDIA-H200"'
+        )
+    namespace = raw.get("namespace")
+    if namespace is not None:
+        if scope is not None and scope != "workload":
+            problems.append(
+                f'parameter "namespace" value {show(namespace)} is only allowed with scope "workload" '
+                f'(scope is "{scope}")'
+            )
+        elif not isinstance(namespace, str) or not _NAMESPACE.match(namespace):
+            problems.append(
+                f'parameter "namespace" value {show(namespace)} must be a Kubernetes namespace name '
+                "(1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit)"
+            )
+    return out
+
+
+class MetadataCache:
+    """A thread-safe LRU of parse results (``TriggerMetadata`` or the problems of a ``MetadataError``), keyed
+    by the metadata content and the profile set. Bounded by ``maxsize`` entries; metadata larger than
+    ``max_chars`` in total is parsed every time rather than kept."""
+
+    def __init__(
+        self, profiles: ProfileSet | None = None, *, maxsize: int = 4096, max_chars: int = 16384
+    ) -> None:
+        if maxsize < 1:
+            raise ValueError(f"maxsize must be at least 1, not {maxsize}")
+        self.profiles = ProfileSet.builtin() if profiles is None else profiles
+        self.maxsize = maxsize
+        self.max_chars = max_chars
+        self.hits = 0
+        self.misses = 0
+        self._entries: OrderedDict[object, TriggerMetadata | tuple[str, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def parse(self, metadata: Mapping[str, str], profiles: ProfileSet | None = None) -> TriggerMetadata:
+        """``parse_metadata(metadata, profiles or self.profiles)``, cached."""
+        profiles = self.profiles if profiles is None else profiles
+        try:
+            items = frozenset(metadata.items())
+            size = sum(len(k) + len(v) for k, v in items)
+        except TypeError:  # unhashable or non-string values: not cacheable, parse reports them
+            return parse_metadata(metadata, profiles)
+        if size > self.max_chars:
+            return parse_metadata(metadata, profiles)
+        key = (items, profiles)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+                self.hits += 1
+        if entry is None:
+            try:
+                entry = parse_metadata(metadata, profiles)
+            except MetadataError as e:
+                entry = e.problems
+            with self._lock:
+                self.misses += 1
+                self._entries[key] = entry
+                self._entries.move_to_end(key)
+                while len(self._entries) > self.maxsize:
+                    self._entries.popitem(last=False)
+        if isinstance(entry, tuple):
+            raise MetadataError(entry)
+        return entry
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()

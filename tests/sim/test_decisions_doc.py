@@ -1,0 +1,172 @@
+"""The standard set of traces (docs/decisions.md): every trace compares the standard policies, the command
+writes the table for the whole set, and the doc's table is today's."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuscale.cli import simulate
+from gpuscale.errors import UsageError
+from gpuscale.sim import parse_scenario, run_scenario
+from gpuscale.sim.compare import PENDING_POLICIES, STANDARD_POLICIES, STANDARD_SET, rows, table_markdown
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = ROOT / "scenarios"
+DOC = ROOT / "docs" / "decisions.md"
+
+
+def cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="gpuscale")
+    simulate.register(parser.add_subparsers())
+    args = parser.parse_args(["simulate", *argv])
+    code: int = args.func(args)
+    return code
+
+
+def _trigger_text(policy: dict[str, object]) -> str:
+    return json.dumps(policy.get("scaledObject"))
+
+
+@pytest.mark.parametrize("name", STANDARD_SET)
+def test_every_trace_compares_the_standard_policies(name: str) -> None:
+    text = (SCENARIOS / f"{name}.yaml").read_text(encoding="utf-8")
+    scenario = parse_scenario(text)
+    assert scenario.name == name
+    names = [p.name for p in scenario.policies]
+    assert [n for n in names if n in STANDARD_POLICIES] == list(STANDARD_POLICIES)
+    raw = {p["name"]: p for p in yaml.safe_load(text)["policies"]}
+    by = {p.name: p for p in scenario.policies}
+    signals = {str(s.signal) for s in by["prometheus-dcgm"].sources}
+    assert "sum(gpu_utilization)" in signals and "DCGM_FI_DEV_GPU_UTIL" in _trigger_text(
+        raw["prometheus-dcgm"]
+    )
+    assert "sum(queue)" in {str(s.signal) for s in by["prometheus-vllm-queue"].sources}
+    assert "vllm:num_requests_waiting" in _trigger_text(raw["prometheus-vllm-queue"])
+    gpu = [s for s in by["gpuscale-gpu"].sources if s.via == "gpuscale"]
+    assert gpu and gpu[0].trigger is not None and gpu[0].trigger.metadata is not None
+    assert gpu[0].trigger.metadata.metric == "gpu_utilization"
+    assert by["oracle"].oracle is not None
+    assert scenario.workload.max_queue_seconds == 60
+    for pending in PENDING_POLICIES:  # a marked place for each policy that cannot run yet, and no fake one
+        assert f"# SLOT {pending} (issue 20, pending)" in text
+        assert pending not in names
+
+
+def _doc_table() -> list[str]:
+    text = DOC.read_text(encoding="utf-8")
+    block = re.search(r"<!-- table:begin[^>]*-->\n(.*?)<!-- table:end -->", text, re.S)
+    assert block is not None, "docs/decisions.md has no table block"
+    return block.group(1).splitlines()
+
+
+def test_the_docs_table_is_todays_for_every_trace_but_the_day() -> None:
+    """diurnal-day (half a minute to simulate) is left out; scripts/sim-set --docs rewrites every row."""
+    results = [
+        run_scenario(parse_scenario((SCENARIOS / f"{n}.yaml").read_text(encoding="utf-8")))
+        for n in STANDARD_SET
+        if n != "diurnal-day"
+    ]
+    doc = _doc_table()
+    expected = table_markdown(rows(results)).splitlines()
+    assert doc[:2] == expected[:2]
+    missing = [line for line in expected[2:] if line not in doc]
+    assert not missing, "docs/decisions.md's table differs from the simulator: run scripts/sim-set --docs"
+    traces = {m.group(1) for line in doc if (m := re.match(r"\| `([^`]+)` \|", line))}
+    assert traces == set(STANDARD_SET)
+
+
+def _short_set(tmp_path: Path) -> Path:
+    """The standard set's files, each cut to its first 10 minutes (the command's path, not the figures)."""
+    folder = tmp_path / "set"
+    folder.mkdir()
+    for name in STANDARD_SET:
+        doc = yaml.safe_load((SCENARIOS / f"{name}.yaml").read_text(encoding="utf-8"))
+        doc["durationSeconds"] = 600
+        (folder / f"{name}.yaml").write_text(yaml.safe_dump(doc), encoding="utf-8")
+    return folder
+
+
+def test_one_command_writes_the_table_for_the_whole_set(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    assert cli("--set", str(_short_set(tmp_path)), "--out", str(out)) == 0
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[0].split() == [
+        "trace",
+        "policy",
+        "unserved",
+        "%",
+        "s",
+        "over",
+        "capacity",
+        "p95",
+        "queueing",
+        "delay",
+        "s",
+        "GPU-hours",
+        "direction",
+        "changes",
+    ]
+    table = json.loads((out / "table.json").read_text())
+    for name in STANDARD_SET:
+        assert [r["policy"] for r in table if r["trace"] == name][:3] == list(STANDARD_POLICIES[:3])
+        assert (out / name / "timeline.csv").exists() and (out / name / "plot.png").exists()
+        assert any(line.startswith(f"{name} ") for line in printed.splitlines())
+    assert (out / "table.md").read_text().startswith("| trace | policy | unserved % |")
+    assert (out / "set.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"wrote {out / 'table.md'}" in printed
+
+
+def test_one_scenario_prints_its_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert cli(str(SCENARIOS / "flash-crowd.yaml"), "--out", str(tmp_path / "o")) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "flash-crowd:"
+    assert lines[1].split()[:3] == ["policy", "unserved", "%"]
+    assert [line.split()[0] for line in lines[2:6]] == list(STANDARD_POLICIES)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("--out", "OUT"), "simulate: give a scenario file or --set DIR, not both and not neither"),
+        (
+            ("SCENARIO", "--set", "SET", "--out", "OUT"),
+            "simulate: give a scenario file or --set DIR, not both and not neither",
+        ),
+        (("--set", "NOWHERE", "--out", "OUT"), '--set "NOWHERE": not a directory'),
+        (("--set", "EMPTY", "--out", "OUT"), '--set "EMPTY": llm-step-burst.yaml, flash-crowd.yaml'),
+    ],
+)
+def test_bad_set_arguments_are_usage_errors(tmp_path: Path, argv: tuple[str, ...], message: str) -> None:
+    (tmp_path / "empty").mkdir()
+    subs = {
+        "OUT": str(tmp_path / "out"),
+        "SCENARIO": str(SCENARIOS / "llm-step-burst.yaml"),
+        "SET": str(SCENARIOS),
+        "NOWHERE": str(tmp_path / "nowhere"),
+        "EMPTY": str(tmp_path / "empty"),
+    }
+    with pytest.raises(UsageError) as info:
+        cli(*(subs.get(a, a) for a in argv))
+    assert str(info.value).startswith(
+        message.replace("NOWHERE", subs["NOWHERE"]).replace("EMPTY", subs["EMPTY"])
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_file_in_the_set_names_the_file_and_the_field(tmp_path: Path) -> None:
+    folder = _short_set(tmp_path)
+    bad = folder / "steep-ramp.yaml"
+    bad.write_text(bad.read_text().replace("maxQueueSeconds: 60", "maxQueueSeconds: -1"))
+    with pytest.raises(UsageError) as info:
+        cli("--set", str(folder), "--out", str(tmp_path / "out"))
+    assert str(info.value) == (
+        f'{bad}: 1 problem\n  workload.maxQueueSeconds: value "-1" must be an integer >= 0 and <= 86400'
+    )

@@ -1,0 +1,88 @@
+"""gpuscale's engine triggers in the simulator: the agents read each Ready pod's engine (its share of the
+waiting and running requests, its KV-cache fill) and the scaler's code answers (``gpuscale.scaling``)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gpuscale.sim import Result, ScenarioError, parse_scenario, run_scenario
+from gpuscale.sim.engine import LOADING_ENGINE, engine_series, gpuscale_series
+
+SCENARIO = """
+name: engine
+durationSeconds: 400
+workload: {capacityPerReplica: 5, provisioningSeconds: 0, loadSeconds: 1000, initialReplicas: 2,
+           maxQueueSeconds: 60, requestSeconds: 4}
+demand: {shape: constant, value: 40}
+policies:
+  - name: g
+    pipeline: {gpuscale: {samplingIntervalSeconds: 1}}
+    scaledObject:
+      apiVersion: keda.sh/v1alpha1
+      kind: ScaledObject
+      spec:
+        scaleTargetRef: {name: vllm}
+        minReplicaCount: 1
+        maxReplicaCount: MAX
+        triggers: [{type: external, metadata: {scalerAddress: s:1, metric: METRIC, targetValue: "5"}}]
+"""
+
+
+def _run(metric: str, maximum: int = 2) -> Result:
+    return run_scenario(parse_scenario(SCENARIO.replace("METRIC", metric).replace("MAX", str(maximum))))
+
+
+def test_queue_length_is_the_sum_of_the_ready_pods_waiting_requests() -> None:
+    """40 requests/s on 2 replicas of 5: after 60 s the queue holds 60 s of arrivals, 2400 requests, 1200 on
+    each pod; the scaler sums the pods' means over the 10 s window."""
+    (tl,) = _run("queue_length").timelines
+    assert tl.waiting[200] == pytest.approx(2400)
+    assert tl.metric[210] == pytest.approx(2400)  # the HPA's read at 210 (a sync): 2 pods x 1200
+    assert tl.metric[15] == pytest.approx(sum(30 * (t + 1) for t in range(6, 16)) / 10)  # the window's mean
+
+
+def test_requests_in_flight_and_kv_cache() -> None:
+    (inflight,) = _run("requests_in_flight").timelines
+    assert inflight.metric[210] == pytest.approx(2400 + 10 * 4)  # + 10 running (served) x 4 s
+    (kv,) = _run("kv_cache_usage").timelines
+    assert kv.metric[210] == pytest.approx(100.0 * 2)  # full on both pods: the aggregate x pods
+
+
+def test_a_loading_pod_has_no_engine_reading_and_counts_as_a_missing_pod() -> None:
+    """Scaling out 2 -> 4 -> 8 (the legacy limit, max(2c, 4) per sync) while the new pods load (1000 s): with
+    2 of 4 pods loading (50 %, the default maxMissingPercent) the scaler answers by the HPA's rule for pods
+    without metrics; with 6 of 8 loading it answers UNAVAILABLE (the HPA reads no value and holds 8)."""
+    (tl,) = _run("queue_length", maximum=20).timelines
+    assert tl.desired[0] == 4  # the first sync: 30 waiting, ceil(30 / 5) = 6, limited to 4
+    ups = [(t, tl.desired[t]) for t in range(1, len(tl.desired)) if tl.desired[t] != tl.desired[t - 1]]
+    assert ups == [(15, 8)]
+    assert not math.isnan(tl.metric[15])
+    assert all(math.isnan(tl.metric[t]) for t in range(30, 400, 15))
+
+
+def test_the_series_say_why_a_loading_pods_engine_is_missing() -> None:
+    from gpuscale.model import EngineSample, GpuSample, ModelSignals
+
+    gpu = {
+        "pod-0": [GpuSample("GPU-sim-pod-0", 9.0, gpu_utilization=100.0)],
+        "pod-1": [GpuSample("GPU-sim-pod-1", 9.0, gpu_utilization=0.0)],
+    }
+    reading = EngineSample(
+        9.0, "vllm", (ModelSignals("sim", waiting=3.0, running=20.0, kv_cache_usage=100.0),)
+    )
+    series = engine_series({"pod-0": [reading]}, gpuscale_series(gpu, 10.0), 10.0)
+    assert [(e.pod, len(e.samples), e.missing) for e in series] == [
+        ("sim/pod-0", 1, None),
+        ("sim/pod-1", 0, LOADING_ENGINE),
+    ]
+
+
+def test_an_engine_metric_the_workload_model_does_not_produce_is_refused() -> None:
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(SCENARIO.replace("METRIC", "ttft_p95").replace("MAX", "2"))
+    assert info.value.problems == (
+        'policies[0].scaledObject.spec.triggers[0].metadata: parameter "metric" value "ttft_p95": the simulator '
+        "models metric gpu_utilization, queue_length, requests_in_flight, kv_cache_usage only",
+    )

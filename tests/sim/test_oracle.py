@@ -1,0 +1,109 @@
+"""The oracle policy: the replicas the present demand needs, written every second; only its bounds and the
+pods' start phases stand between demand and capacity."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuscale.sim import Result, ScenarioError, parse_scenario, run_scenario
+from gpuscale.sim.engine import Oracle, oracle_replicas
+from gpuscale.sim.workload import Workload
+
+STEP = """
+name: oracle-step
+durationSeconds: 600
+workload: {capacityPerReplica: 5, provisioningSeconds: 30, loadSeconds: 90, initialReplicas: 2, maxQueueSeconds: QUEUE}
+demand: {shape: step, before: 6, after: 40, atSeconds: 100, untilSeconds: 400}
+policies:
+  - name: oracle
+    oracle: {minReplicas: 1, maxReplicas: 12, drainQueue: DRAIN}
+"""
+
+
+def _run(queue: int = 0, drain: bool = True) -> Result:
+    text = STEP.replace("QUEUE", str(queue)).replace("DRAIN", "true" if drain else "false")
+    return run_scenario(parse_scenario(text))
+
+
+def test_the_oracle_asks_for_the_replicas_the_step_needs_in_the_second_it_comes() -> None:
+    result = _run()
+    (tl,) = result.timelines
+    assert set(tl.desired[:100]) == {2}  # ceil(6 / 5)
+    assert set(tl.desired[100:400]) == {8}  # ceil(40 / 5), at once: no sync period, no rate limit
+    assert set(tl.desired[400:]) == {2}  # and back at once: no stabilization window
+    # the new pods are Pending 30 s and load 90 s: Ready capacity arrives 120 s after the step
+    assert set(tl.ready[100:220]) == {2} and set(tl.ready[220:400]) == {8}
+    assert tl.pods[100] == 8 and tl.pods[400] == 2
+    # with no queue, the cold start is all that is lost: 120 s x (40 - 10) requests
+    (summary,) = result.summaries
+    assert summary.seconds_over_capacity == 120
+    lost = 120 * 30
+    assert summary.share_of_demand_unserved == pytest.approx(lost / (6 * 300 + 40 * 300))
+
+
+def test_with_a_queue_the_oracle_also_drains_the_waiting_requests() -> None:
+    """During the cold start 30 requests/s wait; with 60 s of patience 60 x 40 = 2400 wait when capacity
+    arrives. ceil(40 / 5) alone leaves that backlog waiting forever at exactly the demand's capacity; the
+    oracle also asks for waiting / 60 s more (capped at 12 replicas), which drains it."""
+    (drained,) = _run(60).timelines
+    (plain,) = _run(60, drain=False).timelines
+    assert max(plain.desired) == 8 and max(drained.desired) == 12
+    assert plain.waiting[399] == pytest.approx(2400)  # still 60 s of backlog when the step ends
+    assert drained.waiting[399] < 150  # the backlog drains at waiting / 60 s more than the demand
+    assert sum(drained.unserved) < sum(plain.unserved)
+
+
+@pytest.mark.parametrize(
+    ("oracle", "demand", "waiting", "replicas"),
+    [
+        (Oracle(1, 12), 40.0, 0.0, 8),
+        (Oracle(1, 12), 40.1, 0.0, 9),
+        (Oracle(1, 12), 0.0, 0.0, 1),
+        (Oracle(0, 12), 0.0, 0.0, 0),
+        (Oracle(0, 12), 0.2, 0.0, 1),
+        (Oracle(1, 12), 200.0, 0.0, 12),
+        (Oracle(1, 12), 10.0, 600.0, 4),  # 10/s + 600 waiting / 60 s = 20/s
+        (Oracle(1, 12, drain_queue=False), 10.0, 600.0, 2),
+    ],
+)
+def test_oracle_replicas(oracle: Oracle, demand: float, waiting: float, replicas: int) -> None:
+    w = Workload("w", "requests/s", 5.0, max_queue_seconds=60)
+    assert oracle_replicas(oracle, demand, waiting, w) == replicas
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        (
+            "  - name: o\n    oracle: {maxReplicas: 0}\n",
+            ('policies[0].oracle.maxReplicas: value "0" must be an integer >= 1',),
+        ),
+        (
+            "  - name: o\n    oracle: {minReplicas: 5, maxReplicas: 3}\n",
+            ('policies[0].oracle.maxReplicas: value "3" must be an integer >= minReplicas (5)',),
+        ),
+        (
+            "  - name: o\n    oracle: {maxReplica: 3}\n",
+            (
+                "policies[0].oracle.maxReplica: unknown field; allowed: [drainQueue, maxReplicas, minReplicas]",
+            ),
+        ),
+        (
+            "  - name: o\n    oracle: {}\n    pipeline: {prometheus: {signal: demand}}\n",
+            ("policies[0].pipeline: does not apply to an oracle policy, which reads no metric",),
+        ),
+        (
+            "  - name: o\n    oracle: {}\n    hpa: {}\n",
+            ("policies[0]: needs exactly one of scaledObject, hpa, oracle",),
+        ),
+        (
+            "  - name: o\n    oracle: [1]\n",
+            ('policies[0].oracle: value "[1]" must be a mapping',),
+        ),
+    ],
+)
+def test_bad_oracle_input_names_the_field(policy: str, expected: tuple[str, ...]) -> None:
+    head = STEP.split("policies:")[0].replace("QUEUE", "0") + "policies:\n"
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(head + policy)
+    assert info.value.problems == expected
