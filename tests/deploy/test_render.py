@@ -490,3 +490,53 @@ def test_engine_metrics_render_for_gpuscale_and_as_the_prometheus_trigger_users_
     (trigger,) = theirs["spec"]["triggers"]
     assert trigger["type"] == "prometheus" and trigger["metricType"] == metric_type
     assert query in trigger["metadata"]["query"]
+
+
+def test_a_gpu_trigger_paired_with_an_engine_queue_trigger(tmp_path: Path) -> None:
+    (so,) = cli(
+        "scaledobject",
+        "--target",
+        "deployment/llm",
+        "--namespace",
+        "ai",
+        "--queue-target",
+        "4",
+        tmp_path=tmp_path,
+    )
+    validate_all([so])
+    gpu, queue = so["spec"]["triggers"]
+    assert gpu["name"] == "gpu" and queue["name"] == "queue" and queue["metricType"] == "AverageValue"
+    assert queue["metadata"]["metric"] == "queue_length" and queue["metadata"]["targetValue"] == "4"
+    for argv, message in (
+        (
+            ["--mode", "prometheus"],
+            "--queue-target needs --mode external or external-push and scope workload",
+        ),
+        (
+            ["--metric", "queue_length", "--target-value", "4"],
+            '--queue-target goes with a GPU metric; --metric is already "queue_length"',
+        ),
+    ):
+        with pytest.raises(UsageError, match=re.escape(message)):
+            cli(
+                "scaledobject",
+                "--target",
+                "deployment/llm",
+                "--namespace",
+                "ai",
+                "--queue-target",
+                "4",
+                *argv,
+                tmp_path=tmp_path,
+            )
+    with pytest.raises(UsageError, match='--queue-target value "-1" must be greater than 0'):
+        cli(
+            "scaledobject",
+            "--target",
+            "deployment/llm",
+            "--namespace",
+            "ai",
+            "--queue-target",
+            "-1",
+            tmp_path=tmp_path,
+        )

@@ -123,6 +123,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--cooldown-period", type=_int, default=300, help="seconds before scaling to zero (default 300)"
     )
     so.add_argument(
+        "--queue-target",
+        help="external: a second trigger on the engine's waiting requests (metric queue_length), this many "
+        "per replica; the HPA takes the larger proposal",
+    )
+    so.add_argument(
         "--fallback-replicas",
         type=_int,
         help="KEDA's fallback: the replicas to hold while the trigger fails (UNAVAILABLE: stale GPU data)",
@@ -254,6 +259,7 @@ def run_scaledobject(args: argparse.Namespace) -> int:
         fallback_replicas=args.fallback_replicas,
         fallback_failure_threshold=args.fallback_failure_threshold,
         fallback_behavior=args.fallback_behavior,
+        queue_target=args.queue_target,
         vendor=args.vendor,
         scrape_interval=args.scrape_interval,
         profiles=profiles_from_option(args.profiles),

@@ -92,6 +92,8 @@ class ScaledObjectOptions:
     fallback_replicas: int | None = None
     fallback_failure_threshold: int = 3
     fallback_behavior: str = "static"
+    # external: a second trigger on the engine's waiting requests (queue_length), this many per replica
+    queue_target: str | None = None
 
 
 def _metadata(o: ScaledObjectOptions) -> dict[str, str]:
@@ -308,6 +310,39 @@ def _engine_trigger(
     return trigger, why, pods
 
 
+def _queue_trigger(
+    o: ScaledObjectOptions, md: TriggerMetadata, gpu: dict[str, Any]
+) -> tuple[dict[str, Any], str]:
+    """A second gpuscale trigger on the engine's waiting requests, beside the GPU one."""
+    if o.mode == "prometheus" or md.scope != "workload":
+        raise UsageError("--queue-target needs --mode external or external-push and scope workload")
+    if md.metric in ENGINE_METRICS:
+        raise UsageError(f'--queue-target goes with a GPU metric; --metric is already "{md.metric}"')
+    metadata = {
+        k: v for k, v in gpu["metadata"].items() if k in ("scalerAddress", "enableTLS", "podSelector")
+    }
+    metadata.update({"metric": "queue_length", "targetValue": o.queue_target, "window": "0"})
+    try:
+        parse_metadata(metadata, o.profiles)
+    except MetadataError as e:
+        raise UsageError(str(e).replace('parameter "targetValue"', "--queue-target")) from e
+    queue: dict[str, Any] = {
+        "type": o.mode,
+        "name": "queue",
+        "metricType": "AverageValue",
+        "metadata": metadata,
+    }
+    if "authenticationRef" in gpu:
+        queue["authenticationRef"] = gpu["authenticationRef"]
+    why = (
+        "Second trigger: the engine's waiting requests (queue_length, the sum over the workload's pods, "
+        "read on the node; pods need the gpuscale.io/metrics-port annotation), "
+        f"{o.queue_target} per replica. The HPA takes the larger of the two proposals: the queue leads "
+        "when GPU utilization saturates at 100 %."
+    )
+    return queue, why
+
+
 def scaledobject_documents(o: ScaledObjectOptions) -> list[Document]:
     """The ScaledObject (and, with ``tls_secret``, its TriggerAuthentication) as ``(comment, object)``."""
     _check_common(o)
@@ -355,6 +390,10 @@ def scaledobject_documents(o: ScaledObjectOptions) -> list[Document]:
         },
         "triggers": [trigger],
     }
+    if o.queue_target is not None:
+        queue, why = _queue_trigger(o, md, trigger)
+        spec["triggers"].append(queue)
+        comment.append(why)
     if o.fallback_replicas is not None:
         fallback: dict[str, Any] = {
             "failureThreshold": o.fallback_failure_threshold,
