@@ -305,3 +305,22 @@ def test_engine_readings_by_pod_and_an_older_agent_said_to_be_upgraded() -> None
     state.apply(upd)
     by_pod = {x.pod: x for x in state.select(LLM).engines}
     assert by_pod["default/llm-1"].missing == "engine not read: timeout (no answer in 0.8 s)"
+
+
+def test_an_agent_restarting_twice_before_it_read_its_pods_is_not_followed() -> None:
+    """A view carried from a view that was itself incomplete is no view: such a node's agent's word on its
+    pods is not live (the API's list of them then counts)."""
+    state = ClusterState()
+    first = msg(SNAP, "n1", [gpu("g1", 50)], {}, agent="a1")
+    first.complete = False
+    state.apply(first)
+    assert not state.follows("n1")
+    state.mark_disconnected("n1", "a1")
+    second = msg(SNAP, "n1", [gpu("g1", 50)], {}, agent="a2")
+    second.complete = False
+    state.apply(second)
+    assert not state.follows("n1")
+    done = msg(UPD, "n1", [], {}, agent="a2")
+    done.complete = True
+    state.apply(done)
+    assert state.follows("n1")

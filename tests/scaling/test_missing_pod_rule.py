@@ -110,3 +110,38 @@ def test_pods_of_a_forgotten_node_are_missing() -> None:
     pods.append(GpuPod("b", "n-gone", connected=False, forgotten=True))
     result = answer(MD, series, now=NOW, gpu_pods=pods)
     assert result.missing_where == ("n-gone (node forgotten: 1 pod)",)
+
+
+def _engine(waiting: float, ttft_counts: tuple[float, ...], t: float, tokens: float = 0.0) -> object:
+    from gpuscale.model import BucketCounts, EngineSample, ModelSignals
+
+    h = BucketCounts((0.1, 1.0, float("inf")), ttft_counts)
+    return EngineSample(
+        t, "vllm", (ModelSignals("m", waiting=waiting, running=1.0, ttft=h, generation_tokens=tokens),)
+    )
+
+
+def test_a_stuck_engine_is_missing_for_latency_never_a_zero() -> None:
+    """Requests waiting and none finished in the window: the latency is not known (missing), not 0; with
+    nothing waiting, nothing waited: 0."""
+    from gpuscale.scaling.engine import EngineSeries
+
+    md = parse_metadata({"profile": "llm-latency"})
+    stuck = [_engine(80, (5, 9, 10), NOW - 20 + i) for i in range(20)]  # the histogram never moves
+    idle = [_engine(0, (5, 9, 10), NOW - 20 + i) for i in range(20)]
+    with pytest.raises(MissingPods):
+        answer(md, [], now=NOW, gpu_pods=[GpuPod("stuck", "n1")], engines=[EngineSeries("stuck", stuck)])  # type: ignore[list-item]
+    result = answer(md, [], now=NOW, gpu_pods=[GpuPod("idle", "n1")], engines=[EngineSeries("idle", idle)])  # type: ignore[list-item]
+    assert (result.value, result.active) == (0.0, False)
+
+
+@pytest.mark.parametrize("window", ["0", "1"])
+def test_a_rate_over_a_window_at_or_below_the_sampling_interval_takes_the_newest_two_readings(
+    window: str,
+) -> None:
+    from gpuscale.scaling.engine import EngineSeries
+
+    md = parse_metadata({"metric": "generation_tokens_per_second", "targetValue": "100", "window": window})
+    readings = [_engine(0, (0, 0, 0), NOW - 10.3 + i, tokens=100.0 * i) for i in range(10)]  # 100 tokens/s
+    result = answer(md, [], now=NOW, gpu_pods=[GpuPod("p", "n1")], engines=[EngineSeries("p", readings)])  # type: ignore[list-item]
+    assert result.value == pytest.approx(100.0)

@@ -229,3 +229,12 @@ policies:
         "policies[0].faults[0].type: samples-missing applies to gpuscale triggers (external, external-push), "
         "and this policy has none; for a prometheus trigger use trigger-error",
     )
+
+
+def test_pods_dark_from_the_start_are_missing_pods_not_absent_ones() -> None:
+    """4 of 10 pods dark from t=0 (they never sent a sample): the scaler knows them, so they are missing
+    pods (held), never simply absent (which would read 420 and scale to 6)."""
+    tl = _run(SAMPLES_MISSING.replace("fromSeconds: 100", "fromSeconds: 0"))
+    assert min(tl.desired) == 10
+    tl = _run(SAMPLES_MISSING.replace("pods: 4, fromSeconds: 100", "pods: 10, fromSeconds: 0"))
+    assert min(tl.desired) == 10  # all dark: UNAVAILABLE, KEDA and the HPA keep the replicas

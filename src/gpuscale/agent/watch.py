@@ -75,7 +75,13 @@ class WatchService(agent_pb2_grpc.AgentServicer):
         sent_ts: dict[tuple[str, str], float],
         sent_missing: dict[tuple[str, str], float],
     ) -> None:
-        """The engine readings and failures this stream has not sent yet (a snapshot: all it has)."""
+        """The engine readings and failures this stream has not sent yet (a snapshot: all it has). What it
+        remembers of pods the agent no longer reads is dropped."""
+        live = state.engine_history.keys() | state.engine_missing.keys()
+        for old in [k for k in sent_ts if k not in live]:
+            del sent_ts[old]
+        for old in [k for k in sent_missing if k not in live]:
+            del sent_missing[old]
         for key in sorted(state.engine_history.keys() | state.engine_missing.keys()):
             after = sent_ts.get(key, -1.0)
             new = [r for r in state.engine_history.get(key, ()) if r.timestamp > after]
@@ -111,6 +117,7 @@ class WatchService(agent_pb2_grpc.AgentServicer):
             version = state.version
             seq += 1
             snapshot = state.devices != devices
+            changed = changed or snapshot  # a snapshot is always whole
             if snapshot:  # the first message, or the backend was re-opened with other GPUs: start over
                 msg = self._message(agent_pb2.NodeUpdate.SNAPSHOT, seq)
                 devices = state.devices

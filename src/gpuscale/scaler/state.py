@@ -264,7 +264,7 @@ class ClusterState:
 
     def follows(self, node: str) -> bool:
         n = self._nodes.get(node)
-        return n is not None and n.connected and not n.incomplete
+        return n is not None and n.connected and not n.incomplete and not n.carried
 
     def nodes(self) -> list[NodeStatus]:
         now = self._monotonic()
@@ -351,7 +351,11 @@ class ClusterState:
         # predecessor said of them until it has, so a restart changes no answer.
         carry = old is not None and msg.HasField("complete") and not msg.complete
         node.carried = carry
-        node.incomplete = not carry and msg.HasField("complete") and not msg.complete
+        # a carried view is only as complete as the one it carries (an agent restarting twice before it has
+        # read its pods carries nothing)
+        node.incomplete = (old.incomplete if carry and old is not None else False) or (
+            not carry and msg.HasField("complete") and not msg.complete
+        )
         maxlen = max(2, int(self.history_s / interval) + 2)
         for g in msg.gpus:
             gpu = _Gpu(node.name, device_from_pb(g.device), maxlen)
@@ -420,6 +424,8 @@ class ClusterState:
                     self._index_pod(node.name, info)
                     namespaces.add(key[0])
             node.pods = new
+            for gone in [k for k in node.engines if k not in new]:
+                del node.engines[gone]  # its readings went with the pod
         for e in msg.engines:
             key = (e.namespace, e.pod)
             engine = node.engines.get(key)
@@ -517,6 +523,8 @@ def _engine_series(node: _Node, key: PodKey) -> EngineSeries:
     if not node.engines_supported:
         return EngineSeries(pod, (), f"the agent of {node.name} reads no engines (upgrade gpuscale agent)")
     engine = node.engines.get(key)
+    if engine is None and node.carried:
+        return EngineSeries(pod, (), f"the agent of {node.name} is restarting: its engines are not read yet")
     if engine is None:
         return EngineSeries(
             pod, (), "no engine endpoint (annotate the pod gpuscale.io/metrics-port, or prometheus.io/scrape)"

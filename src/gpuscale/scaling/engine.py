@@ -251,19 +251,22 @@ def pod_value(md: TriggerMetadata, samples: Sequence[EngineSample], now: float) 
                 values.append(v)
         return math.fsum(values) / len(values) if values else None
     if metric == "generation_tokens_per_second":
-        return counter_rate(fresh, now, max(md.window, _two_samples(fresh)), "generation_tokens", model)
+        return counter_rate(fresh, now, max(md.window, _two_samples(fresh, now)), "generation_tokens", model)
     field: HistogramField = "itl" if metric == "itl_p95" else "ttft"
     q = 0.5 if metric == "ttft_p50" else 0.95
-    delta = histogram_delta(fresh, now, max(md.window, _two_samples(fresh)), field, model)
+    delta = histogram_delta(fresh, now, max(md.window, _two_samples(fresh, now)), field, model)
     if delta is None:
         return None
     if delta.total <= 0:
-        return 0.0
+        # no request finished in the window: nothing waited (0), unless requests are waiting: then the
+        # engine is stuck, and its latency is not known (missing, never a 0)
+        waiting = gauge(fresh[-1], "waiting", model)
+        return 0.0 if waiting == 0 else None
     return quantile(q, delta)
 
 
-def _two_samples(samples: Sequence[EngineSample]) -> float:
-    """A window just long enough for the newest two readings (a rate needs two)."""
+def _two_samples(samples: Sequence[EngineSample], now: float) -> float:
+    """A window reaching back from ``now`` just past the second newest reading (a rate needs two)."""
     if len(samples) < 2:
         return 0.0
-    return samples[-1].timestamp - samples[-2].timestamp + 1e-6
+    return now - samples[-2].timestamp + 1e-6

@@ -145,8 +145,11 @@ def parse_metadata(metadata: Mapping[str, str], profiles: ProfileSet | None = No
     selectors = _selectors(raw, scope, problems)
     model = raw.get("model")
     if model is not None:
-        if not isinstance(model, str) or not model.strip():
-            problems.append('parameter "model" value "" must be a model name; leave it out for every model')
+        if not isinstance(model, str) or not model.strip() or model != model.strip():
+            problems.append(
+                f'parameter "model" value {show(model)} must be a model name as the engine labels it (no '
+                "surrounding spaces); leave it out for every model"
+            )
         elif "metric" in values and values["metric"] not in keys.ENGINE_METRICS:
             problems.append(
                 f'parameter "model" value {show(model)} is only allowed with an engine metric '

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal, overload
 
@@ -146,6 +146,9 @@ class _Run:
     metric: float = float("nan")
     # what the scaler holds of each Running pod's GPU: its samples, oldest first (gpuscale triggers only)
     samples: dict[str, list[GpuSample]] = field(default_factory=dict)
+    # Running pods a samples-missing fault darkens: the scaler knows them (from the API, or their agent's last
+    # report), so they are missing pods even when they never sent a sample
+    dark: frozenset[str] = frozenset()
     # and of each Ready pod's engine: its readings, oldest first (gpuscale engine triggers only)
     engines: dict[str, list[EngineSample]] = field(default_factory=dict)
     # pods deleted and still holding their GPUs: (pod, the second it is gone)
@@ -220,7 +223,11 @@ def engine_series(
 
 
 def gpuscale_reading(
-    trig: TriggerSpec, series: Sequence[GpuSeries], now: float, engines: Sequence[EngineSeries] = ()
+    trig: TriggerSpec,
+    series: Sequence[GpuSeries],
+    now: float,
+    engines: Sequence[EngineSeries] = (),
+    dark: Iterable[str] = (),
 ) -> tuple[float | None, bool]:
     """(value for GetMetrics, IsActive) of a gpuscale trigger, as the scaler answers them; ``None``: the
     scaler answers ``UNAVAILABLE``. Every series is one of the workload's Running pods, each asking for a
@@ -228,6 +235,12 @@ def gpuscale_reading(
     assert trig.metadata is not None
     try:
         pods = [GpuPod(s.pod or s.uuid, "sim") for s in series]
+        seen = {p.name for p in pods}
+        pods += [
+            GpuPod(f"sim/{name}", "sim", connected=False)
+            for name in sorted(dark)
+            if f"sim/{name}" not in seen
+        ]
         result = answer(trig.metadata, series, now=now, gpu_pods=pods, engines=engines)
     except (NoDataError, UnattributedPods, MissingPods):
         return None, False
@@ -249,7 +262,8 @@ def _trigger_value(policy: Policy, src: MetricSource, run: _Run, t: int) -> tupl
     visible = t - policy.gpuscale.delay_seconds
     series = gpuscale_series(run.samples, visible)
     engines = engine_series(run.engines, series, visible) if trig.metadata.metric in ENGINE_METRICS else ()
-    return gpuscale_reading(trig, series, t + _READ_OFFSET, engines)
+    running = set(run.history[-1].ready) | set(run.history[-1].loading) if run.history else set()
+    return gpuscale_reading(trig, series, t + _READ_OFFSET, engines, run.dark & running)
 
 
 def _sample_gpus(
@@ -272,6 +286,7 @@ def _sample_gpus(
     if fault is not None:
         running = sorted((p for p in run.pods if p.name in values), key=lambda p: p.id)
         dark = {p.name for p in running[: fault.pods]}
+    run.dark = frozenset(dark)
     keep = _horizon(policy)
     memory = obs.memory()
     for name, util in values.items():
