@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from gpuscale.model import GpuSample
+from gpuscale.model import BucketCounts, EngineSample, GpuSample, ModelSignals
 from gpuscale.scaling import GpuSeries, parse_metadata
 from gpuscale.scaling.answer import HPA_TOLERANCE, GpuPod, answer
 from gpuscale.scaling.errors import MissingPods
@@ -112,8 +112,7 @@ def test_pods_of_a_forgotten_node_are_missing() -> None:
     assert result.missing_where == ("n-gone (node forgotten: 1 pod)",)
 
 
-def _engine(waiting: float, ttft_counts: tuple[float, ...], t: float, tokens: float = 0.0) -> object:
-    from gpuscale.model import BucketCounts, EngineSample, ModelSignals
+def _engine(waiting: float, ttft_counts: tuple[float, ...], t: float, tokens: float = 0.0) -> EngineSample:
 
     h = BucketCounts((0.1, 1.0, float("inf")), ttft_counts)
     return EngineSample(
@@ -130,8 +129,8 @@ def test_a_stuck_engine_is_missing_for_latency_never_a_zero() -> None:
     stuck = [_engine(80, (5, 9, 10), NOW - 20 + i) for i in range(20)]  # the histogram never moves
     idle = [_engine(0, (5, 9, 10), NOW - 20 + i) for i in range(20)]
     with pytest.raises(MissingPods):
-        answer(md, [], now=NOW, gpu_pods=[GpuPod("stuck", "n1")], engines=[EngineSeries("stuck", stuck)])  # type: ignore[list-item]
-    result = answer(md, [], now=NOW, gpu_pods=[GpuPod("idle", "n1")], engines=[EngineSeries("idle", idle)])  # type: ignore[list-item]
+        answer(md, [], now=NOW, gpu_pods=[GpuPod("stuck", "n1")], engines=[EngineSeries("stuck", stuck)])
+    result = answer(md, [], now=NOW, gpu_pods=[GpuPod("idle", "n1")], engines=[EngineSeries("idle", idle)])
     assert (result.value, result.active) == (0.0, False)
 
 
@@ -143,5 +142,5 @@ def test_a_rate_over_a_window_at_or_below_the_sampling_interval_takes_the_newest
 
     md = parse_metadata({"metric": "generation_tokens_per_second", "targetValue": "100", "window": window})
     readings = [_engine(0, (0, 0, 0), NOW - 10.3 + i, tokens=100.0 * i) for i in range(10)]  # 100 tokens/s
-    result = answer(md, [], now=NOW, gpu_pods=[GpuPod("p", "n1")], engines=[EngineSeries("p", readings)])  # type: ignore[list-item]
+    result = answer(md, [], now=NOW, gpu_pods=[GpuPod("p", "n1")], engines=[EngineSeries("p", readings)])
     assert result.value == pytest.approx(100.0)
