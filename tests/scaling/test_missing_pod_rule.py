@@ -144,3 +144,12 @@ def test_a_rate_over_a_window_at_or_below_the_sampling_interval_takes_the_newest
     readings = [_engine(0, (0, 0, 0), NOW - 10.3 + i, tokens=100.0 * i) for i in range(10)]  # 100 tokens/s
     result = answer(md, [], now=NOW, gpu_pods=[GpuPod("p", "n1")], engines=[EngineSeries("p", readings)])
     assert result.value == pytest.approx(100.0)
+
+
+def test_a_held_answer_holds_the_targets_replicas_pending_pods_too() -> None:
+    """10 replicas, 8 Running (2 Pending), at 70 of a target of 60; 4 of the Running missing: the held answer
+    is 60 x 10, from which the HPA (dividing by status.replicas) keeps 10, never 8."""
+    series, pods = fleet({f"p{i}": 70 for i in range(4)}, 4)
+    result = answer(MD, series, now=NOW, gpu_pods=pods, replicas=10)
+    assert result.value == pytest.approx(600.0) and hpa(result.value, 10) == 10
+    assert answer(MD, series, now=NOW, gpu_pods=pods).value == pytest.approx(480.0)  # replicas unknown

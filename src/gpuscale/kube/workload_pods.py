@@ -52,6 +52,7 @@ class WorkloadPodLister:
         self.extra = frozenset(extra_resource_names)
         self._clock = clock
         self._lists: OrderedDict[tuple[str, str], tuple[float, tuple[ApiGpuPod, ...]]] = OrderedDict()
+        self._replicas: dict[tuple[str, str], int] = {}
         self._tried: dict[tuple[str, str], float] = {}
         self._inflight: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._warned = -1e18
@@ -63,6 +64,14 @@ class WorkloadPodLister:
         if entry is None or self._clock() - entry[0] > self.max_age_s:
             return None
         return entry[1]
+
+    def replicas(self, namespace: str, selector: str) -> int | None:
+        """How many of the workload's pods the last list had that are not finished nor being deleted (Pending
+        ones too): what the target's ``status.replicas`` counts, which the HPA's AverageValue rule divides
+        by. ``None`` as ``cached``."""
+        if self.cached(namespace, selector) is None:
+            return None
+        return self._replicas.get((namespace, selector))
 
     async def refresh(self, namespace: str, selector: str) -> None:
         """List again when due (``ttl_s`` since the last try). The first list of a workload is waited for;
@@ -101,16 +110,22 @@ class WorkloadPodLister:
             return
         self.lists += 1
         pods: list[ApiGpuPod] = []
+        replicas = 0
         for item in body.get("items") or []:
             if not isinstance(item, dict):
                 continue
             meta, spec, status = item.get("metadata") or {}, item.get("spec") or {}, item.get("status") or {}
-            if meta.get("deletionTimestamp") or status.get("phase") != "Running" or not spec.get("nodeName"):
+            if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
+                continue
+            replicas += 1
+            if status.get("phase") != "Running" or not spec.get("nodeName"):
                 continue
             if wants_gpu(item, self.extra):
                 pods.append(ApiGpuPod(f"{namespace}/{meta.get('name')}", str(spec["nodeName"])))
         self._lists.pop(key, None)
         self._lists[key] = (self._clock(), tuple(sorted(pods, key=lambda p: p.name)))
+        self._replicas[key] = replicas
         while len(self._lists) > self.maxsize:
             old, _ = self._lists.popitem(last=False)
             self._tried.pop(old, None)
+            self._replicas.pop(old, None)

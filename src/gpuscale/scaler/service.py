@@ -76,6 +76,8 @@ class PodLister(Protocol):
 
     def cached(self, namespace: str, selector: str) -> Sequence[ApiPod] | None: ...
 
+    def replicas(self, namespace: str, selector: str) -> int | None: ...
+
     async def refresh(self, namespace: str, selector: str) -> None: ...
 
 
@@ -242,8 +244,10 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
             raise EmptyPool(query.node_selector, self.source.node_count())
         where = f"ScaledObject {key.namespace}/{key.name}" if key is not None else "the workload"
         gpu_pods = selection.gpu_pods
+        replicas = None
         if query.scope == "workload" and self.pods is not None:
             gpu_pods = self._with_api_pods(query, gpu_pods)
+            replicas = self.pods.replicas(query.namespace or "", str(query.pod_selector or ""))
         try:
             result = answer(
                 md,
@@ -252,6 +256,7 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
                 gpu_pods=gpu_pods,
                 workload=where,
                 engines=selection.engines,
+                replicas=replicas,
             )
         except MissingPods as e:
             self._note_missing(key, e.missing, str(e))

@@ -105,13 +105,15 @@ def answer(
     gpu_pods: Sequence[GpuPod] = (),
     workload: str = "the workload",
     engines: Sequence[EngineSeries] = (),
+    replicas: int | None = None,
 ) -> Evaluation:
     """The answer for ``md`` over ``series`` at ``now`` (Unix seconds). ``gpu_pods``: in workload scope, the
     workload's pods that ask for a GPU, wherever the scaler knows them from (connected, stale or forgotten
-    nodes); ``workload`` names it in errors. Raise ``UnattributedPods``, ``MissingPods`` or ``NoDataError``
-    where there is no honest value."""
+    nodes); ``workload`` names it in errors; ``replicas``: the target's pod count as its ``status.replicas``
+    has it (Pending pods too), when known: the count the HPA divides by, so a held answer holds that many.
+    Raise ``UnattributedPods``, ``MissingPods`` or ``NoDataError`` where there is no honest value."""
     if md.metric in ENGINE_METRICS:
-        return _engine_answer(md, engines, now=now, gpu_pods=gpu_pods, workload=workload)
+        return _engine_answer(md, engines, now=now, gpu_pods=gpu_pods, workload=workload, replicas=replicas)
     if md.scope != "workload":
         return evaluate(md, series, now=now)
     if not series:
@@ -135,7 +137,7 @@ def answer(
     total = fresh + len(missing)
     if 100.0 * len(missing) / total > md.max_missing_percent:
         raise _missing(workload, md, missing, fresh)
-    value = _hpa_rule(md, result.aggregate, fresh, len(missing))
+    value = _hpa_rule(md, result.aggregate, fresh, len(missing), replicas)
     return replace(result, value=value, active=True, missing=len(missing), missing_where=_where(missing))
 
 
@@ -146,6 +148,7 @@ def _engine_answer(
     now: float,
     gpu_pods: Sequence[GpuPod],
     workload: str,
+    replicas: int | None = None,
 ) -> Evaluation:
     """An engine metric: each pod's value from its engine's readings (``engine.pod_value``); additive
     metrics report the sum over the fresh pods (the per-pod mean times their count), the others the
@@ -190,7 +193,7 @@ def _engine_answer(
         return result
     if 100.0 * len(missing) / (fresh + len(missing)) > md.max_missing_percent:
         raise _missing(workload, md, missing, fresh)
-    value = _hpa_rule(md, agg, fresh, len(missing))
+    value = _hpa_rule(md, agg, fresh, len(missing), replicas)
     return replace(result, value=value, active=True, missing=len(missing), missing_where=_where(missing))
 
 
@@ -205,20 +208,24 @@ def _reason(p: GpuPod) -> str | None:
     return None
 
 
-def _hpa_rule(md: TriggerMetadata, aggregate: float, fresh: int, missing: int) -> float:
+def _hpa_rule(
+    md: TriggerMetadata, aggregate: float, fresh: int, missing: int, replicas: int | None = None
+) -> float:
     """The value from which the HPA's ``ceil(value / target)`` is what it computes for pods without metrics:
     missing pods count 0 on scale-up and the target on scale-down, and a flip or a ratio within the tolerance
-    keeps the current count."""
+    keeps the current count. The new ratio is over the pods with and without metrics (as the HPA computes
+    it); the count kept is the target's ``replicas`` where known (Pending pods too: the HPA's AverageValue
+    rule divides by ``status.replicas``), else those pods."""
     target = md.target_value
-    pods = fresh + missing
-    hold = target * pods
+    counted = fresh + missing
+    hold = target * max(counted, replicas or 0)
     ratio = aggregate / target
     if ratio > 1.0:
         scaled = aggregate * fresh
-        return scaled if scaled / hold > 1.0 + HPA_TOLERANCE else hold
+        return scaled if scaled / (target * counted) > 1.0 + HPA_TOLERANCE else hold
     if ratio < 1.0:
         scaled = aggregate * fresh + target * missing
-        return scaled if scaled / hold < 1.0 - HPA_TOLERANCE else hold
+        return scaled if scaled / (target * counted) < 1.0 - HPA_TOLERANCE else hold
     return hold
 
 
