@@ -84,6 +84,11 @@ class WorkloadPodLister:
                 await asyncio.shield(self._inflight[key])
             return
         self._tried[key] = now
+        if (
+            len(self._tried) > 2 * self.maxsize
+        ):  # workloads whose list never succeeds: forget the oldest tries
+            for old in sorted(self._tried, key=self._tried.__getitem__)[: self.maxsize]:
+                del self._tried[old]
         task = asyncio.ensure_future(self._list(namespace, selector))
         self._inflight[key] = task
         task.add_done_callback(lambda _: self._inflight.pop(key, None))

@@ -109,7 +109,7 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         self.metrics = metrics
         self._clock = clock
         self._selectors: dict[str, LabelSelector] = {}
-        self._missing_logged: dict[tuple[str, str], float] = {}
+        self._missing_logged: dict[tuple[str, str, str], float] = {}  # (namespace, name, metric)
 
     # -- the four calls --------------------------------------------------------------------------------
     async def GetMetricSpec(self, request: pb.ScaledObjectRef, context: _Context) -> pb.GetMetricSpecResponse:
@@ -259,10 +259,10 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
                 replicas=replicas,
             )
         except MissingPods as e:
-            self._note_missing(key, e.missing, str(e))
+            self._note_missing(key, md.metric, e.missing, str(e))
             raise
         if query.scope == "workload":
-            self._note_missing(key, result.missing, ", ".join(result.missing_where))
+            self._note_missing(key, md.metric, result.missing, ", ".join(result.missing_where))
         return result
 
     async def explain(self, key: ScaledObjectKey) -> dict[str, object]:
@@ -315,8 +315,12 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
                 gpu["newestSampleAge"] = round(smoothed.newest_age, 3)
             gpus.append(gpu)
         out["gpus"] = gpus
+        gpu_pods = selection.gpu_pods
+        if query.scope == "workload" and self.pods is not None:
+            gpu_pods = self._with_api_pods(query, gpu_pods)
         out["gpuPods"] = [
-            {"pod": p.name, "node": p.node, "agentConnected": p.connected} for p in selection.gpu_pods
+            {"pod": p.name, "node": p.node, "agentConnected": p.connected, "reportedByAgent": p.reported}
+            for p in gpu_pods
         ]
         if selection.engines:
             out["engines"] = [
@@ -359,26 +363,27 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         out.extend(p for p in known if p.name not in names and p.connected)
         return tuple(out)
 
-    def _note_missing(self, key: ScaledObjectKey | None, missing: int, why: str) -> None:
+    def _note_missing(self, key: ScaledObjectKey | None, metric: str, missing: int, why: str) -> None:
         """The missing-pods gauge, and a warning naming where and why, at most once a minute per object."""
         if key is None:
             return
         if self.metrics is not None:
             self.metrics.set_missing(key.namespace, key.name, missing)
         if not missing:
-            self._missing_logged.pop((key.namespace, key.name), None)
+            self._missing_logged.pop((key.namespace, key.name, metric), None)
             return
         now = time.monotonic()
-        last = self._missing_logged.get((key.namespace, key.name))
+        last = self._missing_logged.get((key.namespace, key.name, metric))
         if last is None or now - last >= _MISSING_LOG_EVERY_S:
-            self._missing_logged[(key.namespace, key.name)] = now
+            self._missing_logged[(key.namespace, key.name, metric)] = now
             if len(self._missing_logged) > _MAX_SELECTORS:
                 self._missing_logged.clear()
             log.warning(
-                "ScaledObject %s/%s: %d GPU pods without a fresh sample%s; answering as the HPA counts pods "
-                "without metrics (never a scale-down because data is missing)",
+                "ScaledObject %s/%s (metric %s): %d GPU pods without a fresh sample%s; answering as the HPA "
+                "counts pods without metrics (never a scale-down because data is missing)",
                 key.namespace,
                 key.name,
+                metric,
                 missing,
                 f" ({why})" if why else "",
             )
