@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from ..demo.processes import free_ports
+from ..demo.processes import free_ports, log_tail
 from .build import Binaries
 from .client import KubeClient, load_documents, wait_for
 from .errors import ComponentFailed
@@ -54,14 +54,6 @@ class GpuNode:
     labels: dict[str, str] = field(default_factory=dict)
 
 
-def tail(path: Path, lines: int = 20) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join("  " + line for line in text.splitlines()[-lines:])
-
-
 @dataclass
 class Process:
     name: str
@@ -75,10 +67,10 @@ class Process:
     def check(self) -> None:
         code = self.popen.poll()
         if code is not None:
-            raise ComponentFailed(self.name, f"exited with code {code}", self.log_path, tail(self.log_path))
+            raise self.failed(f"exited with code {code}")
 
     def failed(self, what: str) -> ComponentFailed:
-        return ComponentFailed(self.name, what, self.log_path, tail(self.log_path))
+        return ComponentFailed(self.name, what, self.log_path, log_tail(self.log_path, 20))
 
     def kill(self) -> None:
         """SIGKILL, as a crash would end it."""

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .errors import ChildFailed
 
-__all__ = ["Child", "free_ports", "start_child"]
+__all__ = ["Child", "free_ports", "log_tail", "start_child"]
 
 _PORT = re.compile(r"serving gRPC on :(\d+)")
 
@@ -38,7 +38,8 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-def _tail(path: Path, lines: int = 15) -> str:
+def log_tail(path: Path, lines: int = 15) -> str:
+    """The last ``lines`` of a log, indented, for an error message ('' when it cannot be read)."""
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
@@ -60,7 +61,7 @@ class Child:
         """Raise ``ChildFailed`` if the process has exited."""
         code = self.process.returncode
         if code is not None:
-            raise ChildFailed(self.name, f"exited with code {code}", self.log_path, _tail(self.log_path))
+            raise ChildFailed(self.name, f"exited with code {code}", self.log_path, log_tail(self.log_path))
 
     async def grpc_port(self, timeout_s: float) -> int:
         """The gRPC port from the child's log, once it serves."""
@@ -73,7 +74,7 @@ class Child:
             self.check()
             if loop.time() > deadline:
                 raise ChildFailed(
-                    self.name, f"did not serve within {timeout_s:g} s", self.log_path, _tail(self.log_path)
+                    self.name, f"did not serve within {timeout_s:g} s", self.log_path, log_tail(self.log_path)
                 )
             await asyncio.sleep(0.05)
 

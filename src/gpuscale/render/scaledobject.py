@@ -235,15 +235,7 @@ def _prometheus_trigger(
     query = aggregate(md.aggregation, expr)
     additive = md.aggregation == "sum"
     metric_type = "AverageValue" if additive else "Value"
-    metadata = {
-        "serverAddress": o.prometheus_url,
-        "query": query,
-        "threshold": exact(md.target_value),
-        "activationThreshold": exact(md.activation_value),
-    }
-    if o.min_replicas >= 1:
-        # With pods running, an empty result means a lost target or broken labels: fail, not read 0.
-        metadata["ignoreNullValues"] = "false"
+    metadata = _prometheus_metadata(o, md, query)
     trigger = {"type": "prometheus", "name": "gpu", "metricType": metric_type, "metadata": metadata}
     if additive:
         why = (
@@ -269,6 +261,20 @@ def _prometheus_trigger(
     return trigger, why, pods
 
 
+def _prometheus_metadata(o: ScaledObjectOptions, md: TriggerMetadata, query: str) -> dict[str, str]:
+    """A KEDA ``prometheus`` trigger's metadata for ``query`` at the trigger's thresholds."""
+    metadata = {
+        "serverAddress": o.prometheus_url,
+        "query": query,
+        "threshold": exact(md.target_value),
+        "activationThreshold": exact(md.activation_value),
+    }
+    if o.min_replicas >= 1:
+        # With pods running, an empty result means a lost target or broken labels: fail, not read 0.
+        metadata["ignoreNullValues"] = "false"
+    return metadata
+
+
 def _engine_trigger(
     o: ScaledObjectOptions, md: TriggerMetadata, target: Target, regex: str
 ) -> tuple[dict[str, Any], str, str]:
@@ -279,14 +285,7 @@ def _engine_trigger(
     query, additive = engine_query(
         md.metric, matchers, md.window, aggregation=md.aggregation, scrape_interval=o.scrape_interval
     )
-    metadata = {
-        "serverAddress": o.prometheus_url,
-        "query": query,
-        "threshold": exact(md.target_value),
-        "activationThreshold": exact(md.activation_value),
-    }
-    if o.min_replicas >= 1:
-        metadata["ignoreNullValues"] = "false"
+    metadata = _prometheus_metadata(o, md, query)
     trigger = {
         "type": "prometheus",
         "name": "engine",

@@ -40,7 +40,7 @@ from ..scaling.metadata import MetadataCache, TriggerMetadata, metric_name, targ
 from ..scaling.selector import LabelSelector, parse_selector
 from .errors import MetadataError, SelectorError
 from .metrics import ScalerMetrics
-from .source import ChangeFeed, GpuSource, Query
+from .source import ChangeFeed, GpuSource, Query, Selection
 from .status import EmptyPool, NotReady, NoWorkloadSelector, ScopeNotServed, status_code
 from .wire import (
     ScaledObjectKey,
@@ -243,11 +243,7 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         if query.scope == "pool" and not selection.series:
             raise EmptyPool(query.node_selector, self.source.node_count())
         where = f"ScaledObject {key.namespace}/{key.name}" if key is not None else "the workload"
-        gpu_pods = selection.gpu_pods
-        replicas = None
-        if query.scope == "workload" and self.pods is not None:
-            gpu_pods = self._with_api_pods(query, gpu_pods)
-            replicas = self.pods.replicas(query.namespace or "", str(query.pod_selector or ""))
+        gpu_pods, replicas = self._gpu_pods(query, selection)
         try:
             result = answer(
                 md,
@@ -315,9 +311,7 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
                 gpu["newestSampleAge"] = round(smoothed.newest_age, 3)
             gpus.append(gpu)
         out["gpus"] = gpus
-        gpu_pods = selection.gpu_pods
-        if query.scope == "workload" and self.pods is not None:
-            gpu_pods = self._with_api_pods(query, gpu_pods)
+        gpu_pods, _ = self._gpu_pods(query, selection)
         out["gpuPods"] = [
             {"pod": p.name, "node": p.node, "agentConnected": p.connected, "reportedByAgent": p.reported}
             for p in gpu_pods
@@ -340,6 +334,15 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
             "missingWhere": list(result.missing_where),
         }
         return out
+
+    def _gpu_pods(self, query: Query, selection: Selection) -> tuple[tuple[GpuPod, ...], int | None]:
+        """The workload's GPU pods as the answer counts them, and its replica count when the API tells it
+        (``None``: not known, or not workload scope)."""
+        if query.scope != "workload" or self.pods is None:
+            return selection.gpu_pods, None
+        selector = str(query.pod_selector or "")
+        replicas = self.pods.replicas(query.namespace or "", selector)
+        return self._with_api_pods(query, selection.gpu_pods), replicas
 
     def _with_api_pods(self, query: Query, known: tuple[GpuPod, ...]) -> tuple[GpuPod, ...]:
         """The workload's GPU pods: those the Kubernetes API lists Running (the agents' word where they
