@@ -249,7 +249,9 @@ class ModelSignals:
 
     ``waiting``/``running``: requests queued / in the running batch; ``kv_cache_usage``: percent 0-100;
     ``ttft``/``itl``: time to first token and inter-token latency histograms (seconds); ``prompt_tokens``/
-    ``generation_tokens``: counters since the engine started."""
+    ``generation_tokens``: counters since the engine started; ``requests_finished``: requests the engine has
+    finished since it started (a counter), from which, with ``waiting`` and ``running``, the requests arriving
+    per second follow (finished + growth of those in flight)."""
 
     model: str
     waiting: float | None = None
@@ -259,6 +261,7 @@ class ModelSignals:
     itl: BucketCounts | None = None
     prompt_tokens: float | None = None
     generation_tokens: float | None = None
+    requests_finished: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

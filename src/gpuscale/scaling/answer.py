@@ -47,13 +47,16 @@ HPA_TOLERANCE = 0.1
 class GpuPod:
     """A pod of the workload that asks for a GPU, as the scaler knows it: ``name`` is ``namespace/name``;
     ``connected``: its node's agent is streaming (False: gone or restarting; ``forgotten``: the node was
-    dropped after ``--forget-after``, its pods kept as missing)."""
+    dropped after ``--forget-after``, its pods kept as missing); ``ready``: its Ready condition (from its
+    agent's report or the API's list), ``False`` while it starts (scheduled, pulling, loading its model),
+    ``None`` when not known (then it counts as Ready did before readiness was reported)."""
 
     name: str
     node: str
     connected: bool = True
     forgotten: bool = False
     reported: bool = True  # False: the Kubernetes API lists it Running, no agent has reported it
+    ready: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +109,13 @@ def answer(
     workload: str = "the workload",
     engines: Sequence[EngineSeries] = (),
     replicas: int | None = None,
+    cold_start: float | None = None,
 ) -> Evaluation:
     """The answer for ``md`` over ``series`` at ``now`` (Unix seconds). ``gpu_pods``: in workload scope, the
     workload's pods that ask for a GPU, wherever the scaler knows them from (connected, stale or forgotten
     nodes); ``workload`` names it in errors; ``replicas``: the target's pod count as its ``status.replicas``
-    has it (Pending pods too), when known: the count the HPA divides by, so a held answer holds that many.
+    has it (Pending pods too), when known: the count the HPA divides by, so a held answer holds that many;
+    ``cold_start``: the workload's learned cold start (``coldstart.ColdStarts``), seconds, when known.
     Raise ``UnattributedPods``, ``MissingPods`` or ``NoDataError`` where there is no honest value."""
     if md.metric in ENGINE_METRICS:
         return _engine_answer(md, engines, now=now, gpu_pods=gpu_pods, workload=workload, replicas=replicas)
