@@ -193,8 +193,8 @@ def _engine_answer(
     why: dict[str, str] = {}
     newest = math.inf
     for e in engines:
-        if e.pod in loading:
-            continue  # starting: not in the Service's endpoints yet, its engine is not the workload's
+        if e.pod in loading or e.departed:
+            continue  # starting: not in the Service's endpoints yet; departed: gone
         value = None if e.missing is not None else pod_value(md, e.samples, now)
         if value is None:
             why[e.pod] = e.missing or ("no fresh engine reading" if e.samples else "no engine reading")
@@ -294,12 +294,13 @@ def _decide(
     if result.missing or result.pods == 0:
         return result
     loading = {p.name for p in gpu_pods if p.ready is False}
-    ready = [e for e in engines if e.pod in result.fresh_pods and e.pod not in loading]
+    ready = [e for e in engines if e.pod in result.fresh_pods and e.pod not in loading and not e.departed]
     present = _engine_total(replace(md, window=0.0), ready, now)
     count = _count(result, replicas)
     decided = result
     if md.scale_ahead == "auto" and cold_start is not None and cold_start > 0:
-        ahead = _ahead(md, ready, now, cold_start, result.value)
+        past = [e for e in engines if e.departed or (e.pod not in loading and e.samples)]
+        ahead = _ahead(md, past, now, cold_start, result.value)
         if ahead.trend and ahead.value > result.value:
             decided = replace(result, value=ahead.value, decided=f"ahead {cold_start:.0f} s")
     guard = md.kv_cache_guard

@@ -26,6 +26,7 @@ How:
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -55,10 +56,18 @@ CounterField = Literal["prompt_tokens", "generation_tokens", "requests_finished"
 HistogramField = Literal["ttft", "itl"]
 
 
+def _timestamp(sample: EngineSample) -> float:
+    return sample.timestamp
+
+
 def in_window(samples: Sequence[EngineSample], now: float, window: float) -> list[EngineSample]:
-    """The samples with ``now - window < timestamp <= now``, oldest first."""
-    start = now - window
-    return [s for s in samples if start < s.timestamp <= now]
+    """The samples with ``now - window < timestamp <= now``, oldest first (``samples`` are: a binary
+    search finds the window's ends)."""
+    lo = bisect.bisect_right(samples, now - window, key=_timestamp)
+    hi = bisect.bisect_right(samples, now, lo=lo, key=_timestamp)
+    if isinstance(samples, list | tuple):
+        return list(samples[lo:hi])
+    return [samples[i] for i in range(lo, hi)]
 
 
 def _models(newest: EngineSample, model: str | None) -> list[str]:
@@ -126,10 +135,11 @@ def _model_arrivals(samples: Sequence[EngineSample], name: str) -> float | None:
     (a request arrives, waits, runs, finishes), between the first and the newest reading that has all three
     since the engine last restarted (its finished counter went backwards); never negative."""
     points: list[tuple[float, float, float]] = []
-    for t, m in _series(samples, name):
+    for s in samples:
+        m = s.model(name)
         if m is None or m.requests_finished is None or m.waiting is None or m.running is None:
             continue
-        points.append((t, m.requests_finished, m.waiting + m.running))
+        points.append((s.timestamp, m.requests_finished, m.waiting + m.running))
     start = 0
     for i in range(1, len(points)):
         if points[i][1] < points[i - 1][1]:
@@ -261,11 +271,14 @@ def histogram_quantile(
 @dataclass(frozen=True, slots=True)
 class EngineSeries:
     """What the scaler holds of one of the workload's pods' engine: its readings (oldest first) and, when its
-    newest scrape failed (or the pod has no endpoint, or its agent reads no engines), why: ``missing``."""
+    newest scrape failed (or the pod has no endpoint, or its agent reads no engines), why: ``missing``.
+    ``departed``: a pod deleted within the forecast's look-back, kept only for what the workload did then
+    (a scale-down must not read as a rise: without the departed pods' share the past would look lower)."""
 
     pod: str
     samples: Sequence[EngineSample]
     missing: str | None = None
+    departed: bool = False
 
 
 def pod_value(md: TriggerMetadata, samples: Sequence[EngineSample], now: float) -> float | None:
