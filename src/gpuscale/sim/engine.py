@@ -321,8 +321,9 @@ def _sample_gpus(
         del run.samples[name]
     for name in [n for n in run.engines if n not in names]:
         run.departed[name] = run.engines.pop(name)  # the scaler keeps them for the forecast's look-back
-    for name, history in list(run.departed.items()):
-        if history and history[-1].timestamp < t - LOOKBACK_MAX_S - _horizon(policy):
+    kept_s = _horizon(policy) * policy.gpuscale.sampling_interval
+    for name, gone in list(run.departed.items()):
+        if not gone or gone[-1].timestamp < t - kept_s:
             del run.departed[name]
     for p in run.pods:
         if p.ready_at == t:  # the scaler sees it become Ready (agents and the API report readiness)
