@@ -322,8 +322,18 @@ LOOKBACK_POINTS = 24
 def _engine_total(md: TriggerMetadata, engines: Sequence[EngineSeries], now: float) -> float:
     """The workload's value at ``now`` over ``engines``: the sum of the pods' values (additive metrics;
     the only ones ``scaleAhead`` allows), a pod without one counting nothing."""
-    values = [pod_value(md, e.samples, now) for e in engines]
+    values = [pod_value(md, e.samples, now) for e in engines if not e.departed or _there(e, now)]
     return math.fsum(v for v in values if v is not None)
+
+
+def _there(e: EngineSeries, t: float) -> bool:
+    """Whether a departed pod was still serving at ``t``: up to a reading interval past its last reading (its
+    last value must not count on after it left, beside the pods that took its share)."""
+    s = e.samples
+    if not s:
+        return False
+    spacing = s[-1].timestamp - s[-2].timestamp if len(s) >= 2 else 0.0
+    return t < s[-1].timestamp + spacing
 
 
 def _ahead(

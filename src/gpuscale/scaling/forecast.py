@@ -10,8 +10,9 @@ How, robust by construction (no parameter to tune per workload):
   the same code as the present value);
 * **is it a trend?** Kendall's τ (τ-a: concordant minus discordant pairs over all pairs) must be at least
   ``TAU_MIN`` = 0.6. A steady series (ties) has τ near 0; noise around a level, near 0; a steady ramp, 1;
-  a step alone at most 0.5 (``2p(1-p)`` for a step at a share ``p`` of the look-back), so a burst that gives
-  no warning is answered at its present value, not extrapolated;
+  a step alone at most about 0.5 (``2p(1-p) n/(n-1)`` for a step at a share ``p`` of the ``n`` points: 0.52
+  with the 25 points of a look-back), so a burst that gives no warning is answered at its present value,
+  not extrapolated;
 * **how steep?** Sen's slope, the median of the pairwise slopes: a few outliers do not move it;
 * **bounded:** the forecast is ``present + slope * horizon``, never below the present value (a falling
   trend does not remove capacity early: removing it takes no cold start, and the HPA's own scale-down rules

@@ -191,7 +191,7 @@ KEYS: Final[tuple[Key, ...]] = (
     Key("scaleAhead", "scale_ahead", "choice",
         "Answer with the value forecast one cold start ahead, so that capacity arrives when the demand does: "
         "Sen's slope over the last cold start (at most the 120 s the scaler holds), used only when Kendall's "
-        "τ says the series moves one way (≥ 0.6; a step alone reaches at most 0.5), never below the present "
+        "τ says the series moves one way (≥ 0.6; a step alone reaches about 0.5), never below the present "
         "value and adding at most the larger of the present value and the range seen. See "
         "[decisions](decisions.md).",
         "`off`; `auto`: ahead by the workload's cold start, learned from its pods (scheduled to Ready; the "
