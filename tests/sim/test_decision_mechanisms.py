@@ -91,3 +91,10 @@ def test_the_n_minus_1_guard_in_the_simulator() -> None:
         "[[0, 20], [310, 20], [311, 8], [330, 8], [331, 20], [600, 20]]", 600, FAST_DOWN
     ).timelines
     assert dipped.desired[319] < 5
+
+
+def test_steady_load_never_reverses() -> None:
+    """A steady 23 requests/s: both policies settle on ceil(23 / 4) = 6 at the first syncs and never move."""
+    result = _run("[[0, 23], [1200, 23]]", 1200)
+    for tl in result.timelines:
+        assert set(tl.desired[60:]) == {6}

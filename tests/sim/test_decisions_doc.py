@@ -14,7 +14,7 @@ import yaml
 from gpuscale.cli import simulate
 from gpuscale.errors import UsageError
 from gpuscale.sim import parse_scenario, run_scenario
-from gpuscale.sim.compare import PENDING_POLICIES, STANDARD_POLICIES, STANDARD_SET, rows, table_markdown
+from gpuscale.sim.compare import STANDARD_POLICIES, STANDARD_SET, rows, table_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "scenarios"
@@ -53,9 +53,12 @@ def test_every_trace_compares_the_standard_policies(name: str) -> None:
     assert gpu[0].trigger.metadata.metric == "gpu_utilization"
     assert by["oracle"].oracle is not None
     assert scenario.workload.max_queue_seconds == 60
-    for pending in PENDING_POLICIES:  # a marked place for each policy that cannot run yet, and no fake one
-        assert f"# SLOT {pending} (issue 20, pending)" in text
-        assert pending not in names
+    for name, ahead in (("gpuscale-engine", "off"), ("gpuscale-engine-ahead", "auto")):
+        engine = [s for s in by[name].sources if s.via == "gpuscale"]
+        assert engine and engine[0].trigger is not None and engine[0].trigger.metadata is not None
+        md = engine[0].trigger.metadata
+        assert (md.metric, md.scale_ahead) == ("request_rate", ahead)
+        assert md.target_value == pytest.approx(0.8 * scenario.workload.capacity_per_replica)
 
 
 def _doc_table() -> list[str]:
@@ -129,7 +132,7 @@ def test_one_scenario_prints_its_table(capsys: pytest.CaptureFixture[str], tmp_p
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "flash-crowd:"
     assert lines[1].split()[:3] == ["policy", "unserved", "%"]
-    assert [line.split()[0] for line in lines[2:6]] == list(STANDARD_POLICIES)
+    assert [line.split()[0] for line in lines[2 : 2 + len(STANDARD_POLICIES)]] == list(STANDARD_POLICIES)
 
 
 @pytest.mark.parametrize(

@@ -73,10 +73,19 @@ def test_diurnal_day_runs(tmp_path: Path) -> None:
         "prometheus-vllm-queue",
         "gpuscale-gpu",
         "gpuscale-gpu-behavior",
+        "gpuscale-engine",
+        "gpuscale-engine-ahead",
         "oracle",
     ]
-    # the night: every utilization policy and the oracle serve it
-    for name in ("prometheus-dcgm", "gpuscale-gpu", "gpuscale-gpu-behavior", "oracle"):
+    # the night: every utilization policy, the demand policies and the oracle serve it
+    names = (
+        "prometheus-dcgm",
+        "gpuscale-gpu",
+        "gpuscale-gpu-behavior",
+        "gpuscale-engine",
+        "gpuscale-engine-ahead",
+    )
+    for name in (*names, "oracle"):
         assert by[name].share_of_demand_unserved < 0.01, name
     # a queue-only trigger asks for ceil(0 / 5) = 1 replica whenever nothing waits, so it cannot hold the
     # capacity a served load needs: it flaps all night

@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from .report import Result
 
 __all__ = [
-    "PENDING_POLICIES",
     "STANDARD_POLICIES",
     "STANDARD_SET",
     "Row",
@@ -33,10 +32,14 @@ STANDARD_SET = (
     "spike-after-idle",
 )
 # The policies every trace of the set compares.
-STANDARD_POLICIES = ("prometheus-dcgm", "prometheus-vllm-queue", "gpuscale-gpu", "oracle")
-# The policies the set will compare once gpuscale.scaling parses engine trigger metrics (issue 20): marked
-# as slots in each trace's file, not simulated.
-PENDING_POLICIES = ("gpuscale-engine", "gpuscale-engine-ahead")
+STANDARD_POLICIES = (
+    "prometheus-dcgm",
+    "prometheus-vllm-queue",
+    "gpuscale-gpu",
+    "gpuscale-engine",
+    "gpuscale-engine-ahead",
+    "oracle",
+)
 
 HEADERS = (
     "trace",
