@@ -437,6 +437,7 @@ def test_bad_fallback_options(options: dict[str, Any], message: str) -> None:
         ("queue_length", "AverageValue", 'sum(vllm:num_requests_waiting{namespace="ai",pod=~"llm-'),
         ("requests_in_flight", "AverageValue", ") + sum(vllm:num_requests_running{"),
         ("generation_tokens_per_second", "AverageValue", "sum(rate(vllm:generation_tokens_total{"),
+        ("request_rate", "AverageValue", "sum(rate(vllm:request_success_total{"),
         ("kv_cache_usage", "Value", "100 * avg(vllm:kv_cache_usage_perc{"),
         (
             "ttft_p95",

@@ -182,6 +182,10 @@ def engine_query(
         return " + ".join(f"sum({name}{{{matchers}}})" for name in _VLLM_GAUGES[metric]), True
     if metric == "generation_tokens_per_second":
         return f"sum(rate(vllm:generation_tokens_total{{{matchers}}}[{rng}]))", True
+    if metric == "request_rate":  # arrivals: finished per second + the growth of those waiting and running
+        parts = [f"sum(rate(vllm:request_success_total{{{matchers}}}[{rng}]))"]
+        parts += [f"sum(deriv({name}{{{matchers}}}[{rng}]))" for name in _VLLM_GAUGES["requests_in_flight"]]
+        return " + ".join(parts), True
     if metric == "kv_cache_usage":
         how = "max" if aggregation == "max" else "avg"
         return f"100 * {how}(vllm:kv_cache_usage_perc{{{matchers}}})", False
