@@ -89,6 +89,7 @@ def add_engine_pod(cluster: Cluster, name: str, node: str, port: int) -> None:
             limits={"nvidia.com/gpu": "1"},
             annotations={"gpuscale.io/metrics-port": str(port)},
             ip="127.0.0.1",
+            ready=True,
         )
     )
     n = cluster.nodes[node]

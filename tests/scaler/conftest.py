@@ -128,11 +128,22 @@ class Cluster:
         return scaler
 
     def add_pod(
-        self, namespace: str, name: str, node: str, gpus: Sequence[int], labels: Mapping[str, str]
+        self,
+        namespace: str,
+        name: str,
+        node: str,
+        gpus: Sequence[int],
+        labels: Mapping[str, str],
+        *,
+        ready: bool = True,
+        **times: float,
     ) -> None:
-        """A pod on ``node`` holding GPUs (by index) of that node: in the API server and in its kubelet."""
+        """A pod on ``node`` holding GPUs (by index) of that node: in the API server and in its kubelet;
+        Ready (serving) unless ``ready=False``, with ``make_pod``'s ``created_at``/``scheduled_at``/``ready_at``
+        in ``times``."""
+        limits = {"nvidia.com/gpu": str(len(gpus))}
         self.apiserver.add_pod(
-            make_pod(namespace, name, node=node, labels=labels, limits={"nvidia.com/gpu": str(len(gpus))})
+            make_pod(namespace, name, node=node, labels=labels, limits=limits, ready=ready, **times)
         )
         n = self.nodes[node]
         ids = [n.uuids[i] for i in gpus]
@@ -154,7 +165,7 @@ class Cluster:
     ) -> None:
         """A pod on ``node`` whose ResourceClaim got GPUs (by index) of that node from NVIDIA's DRA driver."""
         self.apiserver.add_pod(
-            make_pod(namespace, name, node=node, labels=labels, resource_claims=[f"{name}-gpu"])
+            make_pod(namespace, name, node=node, labels=labels, resource_claims=[f"{name}-gpu"], ready=True)
         )
         claim = dra_claim(namespace, f"{name}-gpu", "gpu.nvidia.com", node, [f"gpu-{i}" for i in gpus])
         self.nodes[node].kubelet.pods.append(pod_resources(namespace, name, {}, {"main": [claim]}))
