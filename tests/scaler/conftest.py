@@ -136,15 +136,26 @@ class Cluster:
         labels: Mapping[str, str],
         *,
         ready: bool = True,
-        **times: float,
+        created_at: float | None = None,
+        scheduled_at: float | None = None,
+        ready_at: float | None = None,
     ) -> None:
         """A pod on ``node`` holding GPUs (by index) of that node: in the API server and in its kubelet;
-        Ready (serving) unless ``ready=False``, with ``make_pod``'s ``created_at``/``scheduled_at``/``ready_at``
-        in ``times``."""
+        Ready (serving) unless ``ready=False``, created, scheduled and Ready at those Unix seconds
+        (``make_pod``'s defaults: its creation)."""
         limits = {"nvidia.com/gpu": str(len(gpus))}
-        self.apiserver.add_pod(
-            make_pod(namespace, name, node=node, labels=labels, limits=limits, ready=ready, **times)
+        pod = make_pod(
+            namespace,
+            name,
+            node=node,
+            labels=labels,
+            limits=limits,
+            ready=ready,
+            created_at=created_at,
+            scheduled_at=scheduled_at,
+            ready_at=ready_at,
         )
+        self.apiserver.add_pod(pod)
         n = self.nodes[node]
         ids = [n.uuids[i] for i in gpus]
         n.kubelet.pods.append(pod_resources(namespace, name, {"main": [("nvidia.com/gpu", ids)]}))
