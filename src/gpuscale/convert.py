@@ -164,11 +164,27 @@ def pod_to_pb(p: PodInfo) -> agent_pb2.Pod:
     m = agent_pb2.Pod(namespace=p.namespace, name=p.name, uid=p.uid, labels=dict(p.labels))
     if p.wants_gpu is not None:
         m.wants_gpu = p.wants_gpu
+    if p.ready is not None:
+        m.ready = p.ready
+    if p.scheduled_at is not None:
+        m.scheduled_at = p.scheduled_at
+    if p.ready_at is not None:
+        m.ready_at = p.ready_at
     return m
 
 
 def pod_from_pb(m: agent_pb2.Pod) -> PodInfo:
-    return PodInfo(m.namespace, m.name, m.uid, dict(m.labels), _opt(m, "wants_gpu"))
+    """An older agent sets none of ``ready``/``scheduled_at``/``ready_at``: not known."""
+    return PodInfo(
+        m.namespace,
+        m.name,
+        m.uid,
+        dict(m.labels),
+        _opt(m, "wants_gpu"),
+        ready=_opt(m, "ready"),
+        scheduled_at=_opt(m, "scheduled_at"),
+        ready_at=_opt(m, "ready_at"),
+    )
 
 
 def pods_to_pb(pods: Iterable[PodInfo]) -> list[agent_pb2.Pod]:
@@ -176,7 +192,14 @@ def pods_to_pb(pods: Iterable[PodInfo]) -> list[agent_pb2.Pod]:
 
 
 # ----- inference engines
-_ENGINE_FIELDS = ("waiting", "running", "kv_cache_usage", "prompt_tokens", "generation_tokens")
+_ENGINE_FIELDS = (
+    "waiting",
+    "running",
+    "kv_cache_usage",
+    "prompt_tokens",
+    "generation_tokens",
+    "requests_finished",
+)
 
 
 def _histogram_to_pb(h: BucketCounts | None, out: agent_pb2.Histogram) -> None:

@@ -225,6 +225,14 @@ class PodInfo:
     # other annotations can be large (kubectl's last-applied-configuration) and the agent has no use for them
     annotations: Mapping[str, str] = field(default_factory=dict, hash=False)
     ip: str = ""  # status.podIP; "" until the pod has one
+    # its Ready condition is True; False while it starts (no Ready condition yet, or not True); None: not
+    # known (the API gave it no status; an agent older than the field)
+    ready: bool | None = None
+    # Unix seconds: scheduled (the PodScheduled condition's lastTransitionTime while True, else the pod's
+    # creationTimestamp), and Ready (the Ready condition's lastTransitionTime, only while it is True); None:
+    # not known. ready_at - scheduled_at is one observation of the workload's cold start (scaling.coldstart).
+    scheduled_at: float | None = None
+    ready_at: float | None = None
 
 
 # ----- inference engines' own signals (read by the agent from each GPU pod's engine, see agent.engines)

@@ -56,6 +56,8 @@ def test_vllm_from_the_mock_engine() -> None:
         assert signals.generation_tokens == math.floor(state.generation_tokens + 1e-9)
         assert signals.ttft is not None and signals.ttft.bounds == (*TTFT_BUCKETS, math.inf)
         assert signals.ttft.total == math.floor(state.finished + 1e-9)
+        # vllm:request_success_total summed over finished_reason: every request the engine finished
+        assert signals.requests_finished == math.floor(state.finished + 1e-9) > 0
         assert signals.itl is not None and signals.itl.total > 0
     llama, qwen = got.models
     assert (
@@ -86,6 +88,14 @@ vllm:time_per_output_token_seconds_sum{engine="1",model_name="m"} 0.01
 # TYPE vllm:generation_tokens counter
 vllm:generation_tokens_total{engine="0",model_name="m"} 100.0
 vllm:generation_tokens_total{engine="1",model_name="m"} 50.0
+# HELP vllm:request_success_total Count of successfully processed requests.
+# TYPE vllm:request_success_total counter
+vllm:request_success_total{engine="0",finished_reason="stop",model_name="m"} 7.0
+vllm:request_success_total{engine="0",finished_reason="length",model_name="m"} 2.0
+vllm:request_success_total{engine="0",finished_reason="abort",model_name="m"} 1.0
+vllm:request_success_total{engine="1",finished_reason="stop",model_name="m"} 5.0
+vllm:request_success_total{engine="1",finished_reason="length",model_name="m"} 0.0
+vllm:request_success_total{engine="1",finished_reason="abort",model_name="m"} 0.0
 """
 
 
@@ -102,6 +112,7 @@ def test_vllm_before_0_9_and_data_parallel_engines() -> None:
             kv_cache_usage=pytest.approx(60.0),  # type: ignore[arg-type]
             itl=hist((0.01,), (3.0, 5.0)),
             generation_tokens=150.0,
+            requests_finished=15.0,  # every finished_reason of both engines
         ),
     )
     assert got.notes == (
@@ -135,6 +146,11 @@ sglang:token_usage{dp_rank="1",engine_type="unified",model_name="qwen",moe_ep_ra
 sglang:prompt_tokens_total{model_name="qwen"} 9000.0
 # TYPE sglang:generation_tokens_total counter
 sglang:generation_tokens_total{model_name="qwen"} 3000.0
+# HELP sglang:num_requests_total Number of requests processed.
+# TYPE sglang:num_requests_total counter
+sglang:num_requests_total{model_name="qwen"} 6.0
+# TYPE sglang:num_aborted_requests_total counter
+sglang:num_aborted_requests_total{model_name="qwen"} 2.0
 # TYPE sglang:time_to_first_token_seconds histogram
 sglang:time_to_first_token_seconds_bucket{le="0.1",model_name="qwen"} 2.0
 sglang:time_to_first_token_seconds_bucket{le="0.2",model_name="qwen"} 5.0
@@ -165,6 +181,7 @@ def test_sglang() -> None:
             itl=hist((0.002, 0.004), (0.0, 40.0, 50.0)),
             prompt_tokens=9000.0,
             generation_tokens=3000.0,
+            requests_finished=6.0,  # finished; the aborted ones are not added
         ),
     )
 
@@ -186,6 +203,10 @@ tgi_request_generated_tokens_sum 512
 tgi_request_generated_tokens_count 4
 # TYPE tgi_request_count counter
 tgi_request_count 9
+# TYPE tgi_request_success counter
+tgi_request_success 4
+# TYPE tgi_request_failure counter
+tgi_request_failure{err="validation"} 5
 """
 
 
@@ -199,6 +220,7 @@ def test_tgi_has_one_unnamed_model_and_no_ttft_or_kv_cache() -> None:
             running=16.0,
             itl=hist((0.005, 0.01), (0.0, 3.0, 4.0)),
             generation_tokens=512.0,
+            requests_finished=4.0,  # tgi_request_success: the failed (validation) ones never queued
         ),
     )
     assert got.notes == ("prompt_tokens: not exposed (tgi_request_input_length_sum)",)
@@ -212,6 +234,11 @@ nv_inference_pending_request_count{model="tensorrt_llm",version="1"} 3
 # HELP nv_inference_exec_count Number of model executions performed (does not include cached requests)
 # TYPE nv_inference_exec_count counter
 nv_inference_exec_count{model="tensorrt_llm",version="1"} 1200
+# HELP nv_inference_request_success Number of successful inference requests, all batch sizes
+# TYPE nv_inference_request_success counter
+nv_inference_request_success{model="ensemble",version="1"} 40
+nv_inference_request_success{model="tensorrt_llm",version="1"} 30
+nv_inference_request_success{model="tensorrt_llm",version="2"} 10
 # HELP nv_trt_llm_request_metrics TRT LLM request metrics
 # TYPE nv_trt_llm_request_metrics gauge
 nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="context",version="1"} 1
@@ -240,13 +267,14 @@ def test_triton_tensorrt_llm() -> None:
     got = sample_of(TRITON, "triton")
     assert got is not None and got.notes == ()
     assert got.models == (
-        ModelSignals("ensemble", waiting=2.0),
+        ModelSignals("ensemble", waiting=2.0, requests_finished=40.0),
         ModelSignals(
             "tensorrt_llm",
             waiting=3.0,
             running=6.0,
             kv_cache_usage=25.0,
             ttft=hist((0.1, 0.5), (4.0, 9.0, 10.0)),
+            requests_finished=40.0,  # both versions
         ),
     )
 
@@ -286,6 +314,11 @@ def test_a_newer_tensorrt_llm_backend_names_its_waiting_requests() -> None:
             "generation_tokens",
             'vllm:generation_tokens_total{engine="0",model_name="m"} is NaN',
         ),
+        (
+            'vllm:request_success_total{engine="0",finished_reason="stop",model_name="m"} -3',
+            "requests_finished",
+            'vllm:request_success_total{engine="0",finished_reason="stop",model_name="m"} is negative (-3)',
+        ),
     ],
 )
 def test_a_value_that_cannot_be_right_is_absent_with_a_note(line: str, field: str, note: str) -> None:
@@ -294,13 +327,14 @@ def test_a_value_that_cannot_be_right_is_absent_with_a_note(line: str, field: st
         "running": 'vllm:num_requests_running{engine="0",model_name="m"} 3',
         "kv_cache_usage": 'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5',
         "generation_tokens": 'vllm:generation_tokens_total{engine="0",model_name="m"} 10',
+        "requests_finished": 'vllm:request_success_total{engine="0",finished_reason="stop",model_name="m"} 4',
     }
     good[field] = line
     got = sample_of("\n".join(good.values()) + "\n", "vllm")
     assert got is not None
     (signals,) = got.models
     assert getattr(signals, field) is None
-    others = {f: getattr(signals, f) for f in ("waiting", "running", "kv_cache_usage", "generation_tokens")}
+    others = {f: getattr(signals, f) for f in good}
     assert [f for f, v in others.items() if v is None] == [field]  # the others are unaffected
     assert note in got.notes
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gpuscale.demo.patterns import make_pattern
@@ -101,3 +103,33 @@ def test_patterns_rise_and_fall_within_the_duration(name: str) -> None:
     assert values[-1] < peak / 2
     assert min(values) >= 0.0
     assert (min(values) == 0.0) == p.idles
+
+
+async def test_the_demo_pods_say_when_they_were_created_and_became_ready(tmp_path: Path) -> None:
+    """The demo's API server writes each pod's creation and Ready times as a real one does, so the scaler
+    learns the demo's cold start (pending + loading) from them."""
+    from gpuscale.demo.cluster import NAMESPACE, DemoCluster
+    from gpuscale.kube.pods import readiness
+
+    cluster = DemoCluster(
+        tmp_path, ["node-a"], gpus_per_node=2, capacity_per_replica=10.0, pending_s=5.0, loading_s=20.0,
+        initial_replicas=1,
+    )  # fmt: skip
+    await cluster.start()
+    try:
+        (first,) = cluster.pods
+        got = readiness(cluster.api.pods[(NAMESPACE, first.name)])
+        assert got.ready is True and got.scheduled_at is not None and got.ready_at is not None
+        assert got.ready_at - got.scheduled_at == pytest.approx(25.0, abs=1.0)  # the API writes whole seconds
+        cluster.wanted = 2
+        cluster.tick(1.0, 0.0)
+        second = cluster.pods[-1]
+        assert readiness(cluster.api.pods[(NAMESPACE, second.name)]).ready is False  # Pending
+        cluster.tick(10.0, 0.0)
+        assert readiness(cluster.api.pods[(NAMESPACE, second.name)]).ready is False  # loading its model
+        cluster.tick(30.0, 0.0)
+        got = readiness(cluster.api.pods[(NAMESPACE, second.name)])
+        assert got.ready is True and got.ready_at is not None and got.scheduled_at is not None
+        assert got.ready_at - got.scheduled_at == pytest.approx(25.0, abs=1.0)
+    finally:
+        await cluster.stop()

@@ -15,13 +15,24 @@ import pytest
 from gpuscale.kube._http import KubeApi
 from gpuscale.kube.errors import KubeApiError, KubeConfigError
 from gpuscale.kube.incluster import InClusterApi
-from gpuscale.kube.pods import NodePodWatcher, WatchSettings, api_client_from, strip_runtime_prefix
+from gpuscale.kube.pods import (
+    NodePodWatcher,
+    Readiness,
+    WatchSettings,
+    api_client_from,
+    parse_time,
+    readiness,
+    strip_runtime_prefix,
+)
 from gpuscale.model import ContainerRef, PodInfo
 from tests.fakes.apiserver import FakeApiServer, make_pod
 
 from .conftest import running, until
 
 NODE = "gpu-node-1"
+T0 = 1735689600.0  # make_pod's creationTimestamp, 2025-01-01T00:00:00Z: scheduled then (and Ready, if ready)
+READY: dict[str, Any] = {"ready": True, "scheduled_at": T0, "ready_at": T0}
+NOT_READY: dict[str, Any] = {"ready": False, "scheduled_at": T0, "ready_at": None}
 CID_A = "containerd://" + "a" * 64
 CID_B = "cri-o://" + "b" * 64
 
@@ -69,10 +80,11 @@ async def test_list_then_follow_adds_modifies_deletes(
     try:
         await asyncio.wait_for(w.synced.wait(), 5)
         assert sorted(w.snapshot()) == [("ml", "a"), ("ml", "b"), ("ml", "c")]
-        assert w.pod("ml", "a") == PodInfo("ml", "a", "uid-a", {"app": "a"}, wants_gpu=False)
+        # a started (Ready since its creation), b not started yet: not Ready
+        assert w.pod("ml", "a") == PodInfo("ml", "a", "uid-a", {"app": "a"}, wants_gpu=False, **READY)
         assert w.container(CID_A) == ContainerRef("ml", "a", "main")
         assert w.container("a" * 64) == ContainerRef("ml", "a", "main")
-        assert w.pod_by_uid("uid-b") == PodInfo("ml", "b", "uid-b", {}, wants_gpu=False)
+        assert w.pod_by_uid("uid-b") == PodInfo("ml", "b", "uid-b", {}, wants_gpu=False, **NOT_READY)
         # Paged: 3 pods in pages of 2, with a continue token, and the node filter on every request.
         lists = [r for r in apiserver.requests if "watch=true" not in r and "/api/v1/pods" in r]
         assert len(lists) == 2 and "continue=" in lists[1]
@@ -89,15 +101,24 @@ async def test_list_then_follow_adds_modifies_deletes(
         apiserver.modify_pod("ml", "a", _relabel(app="a", tier="gold"))
         await until(
             lambda: (
-                w.pod("ml", "a") == PodInfo("ml", "a", "uid-a", {"app": "a", "tier": "gold"}, wants_gpu=False)
+                w.pod("ml", "a")
+                == PodInfo("ml", "a", "uid-a", {"app": "a", "tier": "gold"}, wants_gpu=False, **READY)
             )
         )
 
         # A status-only change moves the resourceVersion but is not a change for the agent.
         v = w.version
-        pod = apiserver.modify_pod("ml", "b", lambda p: p["status"]["conditions"][0].update(status="False"))
+        pod = apiserver.modify_pod("ml", "b", lambda p: p["status"].update(qosClass="BestEffort"))
         await until(lambda: w.resource_version == pod["metadata"]["resourceVersion"])
         assert w.version == v
+        # Its readiness is: b becomes Ready at T0 + 95 s
+        w.changed.clear()
+        became = make_pod("ml", "b", node=NODE, uid="uid-b", ready=True, ready_at=T0 + 95)["status"]
+        apiserver.modify_pod("ml", "b", lambda p: p.update(status=became))
+        await asyncio.wait_for(w.changed.wait(), 5)
+        assert w.version == v + 1
+        b = w.pod("ml", "b")
+        assert b is not None and (b.ready, b.scheduled_at, b.ready_at) == (True, T0, T0 + 95)
 
         apiserver.delete_pod("ml", "c")
         await until(lambda: w.pod("ml", "c") is None)
@@ -149,7 +170,9 @@ async def test_410_gone_relists(apiserver: FakeApiServer, watcher: NodePodWatche
     apiserver.add_pod(make_pod("ml", "b", node=NODE, uid="uid-b", labels={"new": "yes"}))
     apiserver.compact()
     await until(lambda: watcher.lists == 2)
-    assert watcher.snapshot() == {("ml", "b"): PodInfo("ml", "b", "uid-b", {"new": "yes"}, wants_gpu=False)}
+    assert watcher.snapshot() == {
+        ("ml", "b"): PodInfo("ml", "b", "uid-b", {"new": "yes"}, wants_gpu=False, **NOT_READY)
+    }
     assert watcher.resource_version == str(apiserver.resource_version)
     await until(lambda: apiserver.watch_count == 1)
     apiserver.add_pod(make_pod("ml", "c", node=NODE))
@@ -329,3 +352,90 @@ def test_whether_a_pod_asks_for_a_gpu() -> None:
     init = make_pod("ml", "a", node=NODE)
     init["spec"]["initContainers"] = [{"name": "warm", "resources": {"requests": {"nvidia.com/gpu": "1"}}}]
     assert wants_gpu(init)
+
+
+def _cond(kind: str, status: str, at: str | None = "2025-01-01T00:02:05Z") -> dict[str, Any]:
+    return {"type": kind, "status": status, **({"lastTransitionTime": at} if at is not None else {})}
+
+
+CREATED = {"creationTimestamp": "2025-01-01T00:00:00Z"}
+
+
+@pytest.mark.parametrize(
+    ("pod", "expected"),
+    [
+        # no status at all: readiness not known; scheduled at its creation
+        ({"metadata": CREATED}, Readiness(None, T0, None)),
+        ({"metadata": CREATED, "status": {}}, Readiness(None, T0, None)),
+        # just created, not scheduled yet: a status, no condition: not Ready
+        ({"metadata": CREATED, "status": {"phase": "Pending"}}, Readiness(False, T0, None)),
+        # waiting for a node (PodScheduled False): the creation stands for the schedule
+        (
+            {
+                "metadata": CREATED,
+                "status": {"phase": "Pending", "conditions": [_cond("PodScheduled", "False")]},
+            },
+            Readiness(False, T0, None),
+        ),
+        # scheduled 5 s after creation, loading its model
+        (
+            {
+                "metadata": CREATED,
+                "status": {
+                    "phase": "Running",
+                    "conditions": [
+                        _cond("PodScheduled", "True", "2025-01-01T00:00:05Z"),
+                        _cond("Ready", "False"),
+                    ],
+                },
+            },
+            Readiness(False, T0 + 5, None),
+        ),
+        # Ready 2 min after it was scheduled (fractions of a second allowed)
+        (
+            {
+                "metadata": CREATED,
+                "status": {
+                    "conditions": [
+                        _cond("PodScheduled", "True", "2025-01-01T00:00:05Z"),
+                        _cond("Ready", "True", "2025-01-01T00:02:05.5Z"),
+                    ]
+                },
+            },
+            Readiness(True, T0 + 5, T0 + 125.5),
+        ),
+        # its node unreachable: Unknown is not Ready
+        (
+            {"metadata": CREATED, "status": {"conditions": [_cond("Ready", "Unknown")]}},
+            Readiness(False, T0, None),
+        ),
+        # times the API would never write: not known, the readiness still read
+        (
+            {
+                "metadata": {"creationTimestamp": "yesterday"},
+                "status": {"conditions": [_cond("Ready", "True", "x")]},
+            },
+            Readiness(True, None, None),
+        ),
+        ({"metadata": {}, "status": {"conditions": "Ready"}}, Readiness(False, None, None)),
+    ],
+)
+def test_readiness_of_a_pod(pod: dict[str, Any], expected: Readiness) -> None:
+    assert readiness(pod) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("2025-01-01T00:00:00Z", T0),
+        ("2025-01-01T01:00:00+01:00", T0),
+        ("2025-01-01T00:00:00.250000Z", T0 + 0.25),
+        ("2025-01-01T00:00:00", None),  # no zone: not RFC 3339
+        ("", None),
+        (None, None),
+        (1735689600, None),
+        ("not a time", None),
+    ],
+)
+def test_parse_time(text: object, seconds: float | None) -> None:
+    assert parse_time(text) == seconds

@@ -35,7 +35,14 @@ async def test_sigterm_then_sigkill_of_an_agent_process_changes_no_answer(
     uuids = [_mock_uuid("GPU", "node-a", 0, i) for i in range(2)]
     for i, (name, app) in enumerate((("solo-0", "solo"), ("llm-0", "llm"))):
         cluster.apiserver.add_pod(
-            make_pod("default", name, node="node-a", labels={"app": app}, limits={"nvidia.com/gpu": "1"})
+            make_pod(
+                "default",
+                name,
+                node="node-a",
+                labels={"app": app},
+                limits={"nvidia.com/gpu": "1"},
+                ready=True,
+            )
         )
         kubelet.pods.append(pod_resources("default", name, {"main": [("nvidia.com/gpu", [uuids[i]])]}))
     await cluster.node("node-b", "constant:70", gpus=1)

@@ -3,12 +3,16 @@ discover, scrape and stream them, the real scaler answering a queue_length trigg
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Callable
 
 import grpc
 import pytest
 from aiohttp import web
 
+from gpuscale.backends.mock_engine import MockEngine, MockEngineConfig, start_mock_engine
+from gpuscale.scaler.source import Query
+from gpuscale.scaling.selector import parse_selector
 from tests.fakes.apiserver import make_pod
 from tests.fakes.kubelet import pod_resources
 from tests.scaler.conftest import Cluster, KedaClient, until
@@ -85,6 +89,7 @@ def add_engine_pod(cluster: Cluster, name: str, node: str, port: int) -> None:
             limits={"nvidia.com/gpu": "1"},
             annotations={"gpuscale.io/metrics-port": str(port)},
             ip="127.0.0.1",
+            ready=True,
         )
     )
     n = cluster.nodes[node]
@@ -155,3 +160,33 @@ async def test_a_pod_without_an_engine_endpoint_is_missing_for_engine_metrics(
     code, message = await client.code_of(client.metrics({**QUEUE, "maxMissingPercent": "10"}))
     assert code == grpc.StatusCode.UNAVAILABLE
     assert "no engine endpoint (annotate the pod gpuscale.io/metrics-port" in message
+
+
+async def test_the_mock_engines_finished_requests_reach_the_scaler_and_grow(cluster: Cluster) -> None:
+    """The mock vLLM engine's fluid model finishes requests; the agent reads vllm:request_success_total
+    (summed over finished_reason) and streams it; the scaler's state holds it, growing with the engine's own
+    count of finished requests."""
+    engine = MockEngine(MockEngineConfig(models=("m",), service_time_s=0.5), demand=lambda t: 40.0)
+    served = await start_mock_engine(engine)
+    try:
+        await cluster.node("node-1", "constant:90", gpus=1)
+        add_engine_pod(cluster, "llm-a", "node-1", served.port)
+        scaler = await cluster.scaler(kube=False)
+        query = Query("workload", "default", parse_selector("app=llm"))
+
+        def finished() -> list[float]:
+            seen: list[float] = []
+            for series in scaler.state.select(query).engines:
+                for sample in series.samples:
+                    signals = sample.model("m")
+                    if signals is not None and signals.requests_finished is not None:
+                        seen.append(signals.requests_finished)
+            return seen
+
+        await until(lambda: len(set(finished())) >= 3, what="three different counts of finished requests")
+        counts = finished()
+        assert counts == sorted(counts) and counts[-1] > counts[0] > 0  # a counter: it only grows
+        # what the engine itself has finished by now bounds what the scaler last heard
+        assert counts[-1] <= math.floor(engine.models["m"].finished + 1e-9)
+    finally:
+        await served.close()

@@ -128,12 +128,34 @@ class Cluster:
         return scaler
 
     def add_pod(
-        self, namespace: str, name: str, node: str, gpus: Sequence[int], labels: Mapping[str, str]
+        self,
+        namespace: str,
+        name: str,
+        node: str,
+        gpus: Sequence[int],
+        labels: Mapping[str, str],
+        *,
+        ready: bool = True,
+        created_at: float | None = None,
+        scheduled_at: float | None = None,
+        ready_at: float | None = None,
     ) -> None:
-        """A pod on ``node`` holding GPUs (by index) of that node: in the API server and in its kubelet."""
-        self.apiserver.add_pod(
-            make_pod(namespace, name, node=node, labels=labels, limits={"nvidia.com/gpu": str(len(gpus))})
+        """A pod on ``node`` holding GPUs (by index) of that node: in the API server and in its kubelet;
+        Ready (serving) unless ``ready=False``, created, scheduled and Ready at those Unix seconds
+        (``make_pod``'s defaults: its creation)."""
+        limits = {"nvidia.com/gpu": str(len(gpus))}
+        pod = make_pod(
+            namespace,
+            name,
+            node=node,
+            labels=labels,
+            limits=limits,
+            ready=ready,
+            created_at=created_at,
+            scheduled_at=scheduled_at,
+            ready_at=ready_at,
         )
+        self.apiserver.add_pod(pod)
         n = self.nodes[node]
         ids = [n.uuids[i] for i in gpus]
         n.kubelet.pods.append(pod_resources(namespace, name, {"main": [("nvidia.com/gpu", ids)]}))
@@ -154,7 +176,7 @@ class Cluster:
     ) -> None:
         """A pod on ``node`` whose ResourceClaim got GPUs (by index) of that node from NVIDIA's DRA driver."""
         self.apiserver.add_pod(
-            make_pod(namespace, name, node=node, labels=labels, resource_claims=[f"{name}-gpu"])
+            make_pod(namespace, name, node=node, labels=labels, resource_claims=[f"{name}-gpu"], ready=True)
         )
         claim = dra_claim(namespace, f"{name}-gpu", "gpu.nvidia.com", node, [f"gpu-{i}" for i in gpus])
         self.nodes[node].kubelet.pods.append(pod_resources(namespace, name, {}, {"main": [claim]}))

@@ -324,3 +324,43 @@ def test_an_agent_restarting_twice_before_it_read_its_pods_is_not_followed() -> 
     done.complete = True
     state.apply(done)
     assert state.follows("n1")
+
+
+def test_pod_readiness_travels_and_an_older_agent_leaves_it_unknown() -> None:
+    """A newer agent says whether each pod is Ready and since when (the scaler learns cold starts from it);
+    an older agent says nothing: readiness not known, no cold start."""
+    import dataclasses
+
+    from gpuscale.convert import pod_from_pb, pod_to_pb
+    from gpuscale.model import PodInfo
+    from gpuscale.scaler.source import PodStart
+
+    loading = PodInfo("default", "llm-1", "u1", {"app": "llm"}, True, ready=False, scheduled_at=1000.0)
+    serving = PodInfo(
+        "default", "llm-0", "u0", {"app": "llm"}, True, ready=True, scheduled_at=900.0, ready_at=990.0
+    )
+    assert pod_from_pb(pod_to_pb(loading)) == loading and pod_from_pb(pod_to_pb(serving)) == serving
+    state = ClusterState()
+    new = msg(SNAP, "n1", [gpu("g1", 50)])
+    new.pods.extend([pod_to_pb(serving), pod_to_pb(loading)])
+    old = msg(SNAP, "n2", [gpu("g2", 50)], agent="a2")
+    old.pods.add(namespace="default", name="llm-old", uid="u2", labels={"app": "llm"}, wants_gpu=True)
+    state.apply(new)
+    state.apply(old)
+    selection = state.select(LLM)
+    assert {p.name: p.ready for p in selection.gpu_pods} == {
+        "default/llm-0": True,
+        "default/llm-1": False,
+        "default/llm-old": None,
+    }
+    assert selection.started == (PodStart("default/llm-0", 900.0, 990.0),)
+    # llm-1 becomes Ready: the agent sends its pods again, and the selection follows
+    upd = msg(UPD, "n1", [])
+    upd.pods_changed = True
+    upd.pods.extend(
+        [pod_to_pb(serving), pod_to_pb(dataclasses.replace(loading, ready=True, ready_at=1100.0))]
+    )
+    state.apply(upd)
+    selection = state.select(LLM)
+    assert {p.name: p.ready for p in selection.gpu_pods}["default/llm-1"] is True
+    assert sorted(s.pod for s in selection.started) == ["default/llm-0", "default/llm-1"]

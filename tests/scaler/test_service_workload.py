@@ -127,8 +127,12 @@ async def test_pods_on_gpu_nodes_without_an_attributed_gpu_are_unavailable_not_z
     and KEDA keeps the replicas (or applies its fallback). A pod that has finished counts as no pod."""
     await two_nodes(cluster)
     gpu = {"nvidia.com/gpu": "1"}
-    cluster.apiserver.add_pod(make_pod("default", "vlm-0", node="node-a", labels={"app": "vlm"}, limits=gpu))
-    cluster.apiserver.add_pod(make_pod("default", "vlm-1", node="node-b", labels={"app": "vlm"}, limits=gpu))
+    cluster.apiserver.add_pod(
+        make_pod("default", "vlm-0", node="node-a", labels={"app": "vlm"}, limits=gpu, ready=True)
+    )
+    cluster.apiserver.add_pod(
+        make_pod("default", "vlm-1", node="node-b", labels={"app": "vlm"}, limits=gpu, ready=True)
+    )
     # a pod beside them that asks for no GPU (a router with the workload's labels) is no GPU pod: 0, not an error
     cluster.apiserver.add_pod(make_pod("default", "router-0", node="node-a", labels={"app": "router"}))
     scaler = await cluster.scaler()
@@ -155,7 +159,7 @@ async def test_pods_on_gpu_nodes_without_an_attributed_gpu_are_unavailable_not_z
         make_pod("default", "job-0", node="node-b", labels={"app": "job"}, phase="Succeeded", limits=gpu)
     )
     cluster.apiserver.add_pod(
-        make_pod("default", "mark-0", node="node-b", labels={"app": "mark"}, limits=gpu)
+        make_pod("default", "mark-0", node="node-b", labels={"app": "mark"}, limits=gpu, ready=True)
     )
 
     async def marker_seen() -> bool:
@@ -188,7 +192,7 @@ async def test_gpu_shared_by_two_pods_counts_once(
 ) -> None:
     node = await cluster.node("node-a", "constant:50,constant:20", gpus=2)
     cluster.add_pod("default", "llm-0", "node-a", [0], {"app": "llm"})
-    cluster.apiserver.add_pod(make_pod("default", "llm-1", node="node-a", labels={"app": "llm"}))
+    cluster.apiserver.add_pod(make_pod("default", "llm-1", node="node-a", labels={"app": "llm"}, ready=True))
     node.kubelet.pods.append(
         pod_resources("default", "llm-1", {"main": [("nvidia.com/gpu", [node.uuids[0]])]})
     )

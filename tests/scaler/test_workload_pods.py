@@ -12,6 +12,8 @@ from gpuscale.kube.pods import api_client_from
 from gpuscale.kube.workload_pods import ApiGpuPod, WorkloadPodLister
 from tests.fakes.apiserver import FakeApiServer, make_pod, write_kubeconfig
 
+T0 = 1735689600.0  # 2025-01-01T00:00:00Z, make_pod's default creationTimestamp
+
 
 @pytest.fixture
 async def lister(tmp_path: Path) -> AsyncIterator[tuple[WorkloadPodLister, FakeApiServer, list[float]]]:
@@ -38,7 +40,28 @@ async def test_only_running_gpu_pods_not_being_deleted_count(
     gone["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
     api.add_pod(gone)
     await pods.refresh("ml", "app=llm")
-    assert pods.cached("ml", "app=llm") == (ApiGpuPod("ml/llm-0", "n1"),)
+    # not started yet: not Ready, scheduled at its creation (2025-01-01T00:00:00Z)
+    assert pods.cached("ml", "app=llm") == (ApiGpuPod("ml/llm-0", "n1", False, T0, None),)
+
+
+async def test_each_pod_comes_with_its_readiness_and_start_times(
+    lister: tuple[WorkloadPodLister, FakeApiServer, list[float]],
+) -> None:
+    pods, api, _ = lister
+    gpu = {"nvidia.com/gpu": "1"}
+    api.add_pod(
+        make_pod(
+            "ml", "llm-0", node="n1", labels={"app": "llm"}, limits=gpu, ready=True,
+            created_at=T0, scheduled_at=T0 + 2, ready_at=T0 + 122,
+        )
+    )  # fmt: skip
+    loading = make_pod("ml", "llm-1", node="n2", labels={"app": "llm"}, limits=gpu, scheduled_at=T0 + 40)
+    api.add_pod(loading)
+    await pods.refresh("ml", "app=llm")
+    assert pods.cached("ml", "app=llm") == (
+        ApiGpuPod("ml/llm-0", "n1", ready=True, scheduled_at=T0 + 2, ready_at=T0 + 122),
+        ApiGpuPod("ml/llm-1", "n2", ready=False, scheduled_at=T0 + 40, ready_at=None),
+    )
 
 
 async def test_one_list_per_workload_per_ttl(

@@ -252,6 +252,7 @@ class EngineModel(_message.Message):
     ITL_FIELD_NUMBER: _builtins.int
     PROMPT_TOKENS_FIELD_NUMBER: _builtins.int
     GENERATION_TOKENS_FIELD_NUMBER: _builtins.int
+    REQUESTS_FINISHED_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     waiting: _builtins.float
     running: _builtins.float
@@ -259,6 +260,11 @@ class EngineModel(_message.Message):
     """percent 0-100"""
     prompt_tokens: _builtins.float
     generation_tokens: _builtins.float
+    requests_finished: _builtins.float
+    """Requests the engine has finished since it started (a counter; vLLM's vllm:request_success_total summed
+    over finished_reason, SGLang's sglang:num_requests_total, TGI's tgi_request_success, Triton's
+    nv_inference_request_success). Unset: not exposed, or an agent older than this field.
+    """
     @_builtins.property
     def ttft(self) -> Global___Histogram:
         """seconds"""
@@ -278,10 +284,11 @@ class EngineModel(_message.Message):
         itl: Global___Histogram | None = ...,
         prompt_tokens: _builtins.float | None = ...,
         generation_tokens: _builtins.float | None = ...,
+        requests_finished: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_generation_tokens", b"_generation_tokens", "_kv_cache_usage", b"_kv_cache_usage", "_prompt_tokens", b"_prompt_tokens", "_running", b"_running", "_waiting", b"_waiting", "generation_tokens", b"generation_tokens", "itl", b"itl", "kv_cache_usage", b"kv_cache_usage", "prompt_tokens", b"prompt_tokens", "running", b"running", "ttft", b"ttft", "waiting", b"waiting"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_generation_tokens", b"_generation_tokens", "_kv_cache_usage", b"_kv_cache_usage", "_prompt_tokens", b"_prompt_tokens", "_requests_finished", b"_requests_finished", "_running", b"_running", "_waiting", b"_waiting", "generation_tokens", b"generation_tokens", "itl", b"itl", "kv_cache_usage", b"kv_cache_usage", "prompt_tokens", b"prompt_tokens", "requests_finished", b"requests_finished", "running", b"running", "ttft", b"ttft", "waiting", b"waiting"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_generation_tokens", b"_generation_tokens", "_kv_cache_usage", b"_kv_cache_usage", "_prompt_tokens", b"_prompt_tokens", "_running", b"_running", "_waiting", b"_waiting", "generation_tokens", b"generation_tokens", "itl", b"itl", "kv_cache_usage", b"kv_cache_usage", "model", b"model", "prompt_tokens", b"prompt_tokens", "running", b"running", "ttft", b"ttft", "waiting", b"waiting"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_generation_tokens", b"_generation_tokens", "_kv_cache_usage", b"_kv_cache_usage", "_prompt_tokens", b"_prompt_tokens", "_requests_finished", b"_requests_finished", "_running", b"_running", "_waiting", b"_waiting", "generation_tokens", b"generation_tokens", "itl", b"itl", "kv_cache_usage", b"kv_cache_usage", "model", b"model", "prompt_tokens", b"prompt_tokens", "requests_finished", b"requests_finished", "running", b"running", "ttft", b"ttft", "waiting", b"waiting"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__generation_tokens: _TypeAlias = _typing.Literal["generation_tokens"]  # noqa: Y015
     _WhichOneofArgType__generation_tokens: _TypeAlias = _typing.Literal["_generation_tokens", b"_generation_tokens"]  # noqa: Y015
@@ -289,6 +296,8 @@ class EngineModel(_message.Message):
     _WhichOneofArgType__kv_cache_usage: _TypeAlias = _typing.Literal["_kv_cache_usage", b"_kv_cache_usage"]  # noqa: Y015
     _WhichOneofReturnType__prompt_tokens: _TypeAlias = _typing.Literal["prompt_tokens"]  # noqa: Y015
     _WhichOneofArgType__prompt_tokens: _TypeAlias = _typing.Literal["_prompt_tokens", b"_prompt_tokens"]  # noqa: Y015
+    _WhichOneofReturnType__requests_finished: _TypeAlias = _typing.Literal["requests_finished"]  # noqa: Y015
+    _WhichOneofArgType__requests_finished: _TypeAlias = _typing.Literal["_requests_finished", b"_requests_finished"]  # noqa: Y015
     _WhichOneofReturnType__running: _TypeAlias = _typing.Literal["running"]  # noqa: Y015
     _WhichOneofArgType__running: _TypeAlias = _typing.Literal["_running", b"_running"]  # noqa: Y015
     _WhichOneofReturnType__waiting: _TypeAlias = _typing.Literal["waiting"]  # noqa: Y015
@@ -299,6 +308,8 @@ class EngineModel(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__kv_cache_usage) -> _WhichOneofReturnType__kv_cache_usage | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__prompt_tokens) -> _WhichOneofReturnType__prompt_tokens | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__requests_finished) -> _WhichOneofReturnType__requests_finished | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__running) -> _WhichOneofReturnType__running | None: ...
     @_typing.overload
@@ -665,6 +676,9 @@ class Pod(_message.Message):
     UID_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
     WANTS_GPU_FIELD_NUMBER: _builtins.int
+    READY_FIELD_NUMBER: _builtins.int
+    SCHEDULED_AT_FIELD_NUMBER: _builtins.int
+    READY_AT_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     name: _builtins.str
     uid: _builtins.str
@@ -672,6 +686,17 @@ class Pod(_message.Message):
     """Whether the pod asks for a GPU: a container's limit of a GPU resource, or a ResourceClaim. Unset by
     agents older than this field: the scaler then does not count the pod as wanting one.
     """
+    ready: _builtins.bool
+    """The pod's Ready condition is True. Unset: not known (the API gave the pod no status, or an agent older
+    than this field): the scaler then takes the API's list's word, else counts the pod as it did before.
+    A pod with a status but no Ready condition yet (just created, Pending) is not ready: false.
+    """
+    scheduled_at: _builtins.float
+    """Unix seconds: when the pod was scheduled (its PodScheduled condition's lastTransitionTime, else its
+    creationTimestamp), and when it last became Ready (the Ready condition's lastTransitionTime, set only
+    while it is True). The scaler learns the workload's cold start from them (ready_at - scheduled_at).
+    """
+    ready_at: _builtins.float
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     def __init__(
@@ -682,13 +707,29 @@ class Pod(_message.Message):
         uid: _builtins.str = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         wants_gpu: _builtins.bool | None = ...,
+        ready: _builtins.bool | None = ...,
+        scheduled_at: _builtins.float | None = ...,
+        ready_at: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_wants_gpu", b"_wants_gpu", "wants_gpu", b"wants_gpu"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_ready", b"_ready", "_ready_at", b"_ready_at", "_scheduled_at", b"_scheduled_at", "_wants_gpu", b"_wants_gpu", "ready", b"ready", "ready_at", b"ready_at", "scheduled_at", b"scheduled_at", "wants_gpu", b"wants_gpu"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_wants_gpu", b"_wants_gpu", "labels", b"labels", "name", b"name", "namespace", b"namespace", "uid", b"uid", "wants_gpu", b"wants_gpu"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ready", b"_ready", "_ready_at", b"_ready_at", "_scheduled_at", b"_scheduled_at", "_wants_gpu", b"_wants_gpu", "labels", b"labels", "name", b"name", "namespace", b"namespace", "ready", b"ready", "ready_at", b"ready_at", "scheduled_at", b"scheduled_at", "uid", b"uid", "wants_gpu", b"wants_gpu"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__ready: _TypeAlias = _typing.Literal["ready"]  # noqa: Y015
+    _WhichOneofArgType__ready: _TypeAlias = _typing.Literal["_ready", b"_ready"]  # noqa: Y015
+    _WhichOneofReturnType__ready_at: _TypeAlias = _typing.Literal["ready_at"]  # noqa: Y015
+    _WhichOneofArgType__ready_at: _TypeAlias = _typing.Literal["_ready_at", b"_ready_at"]  # noqa: Y015
+    _WhichOneofReturnType__scheduled_at: _TypeAlias = _typing.Literal["scheduled_at"]  # noqa: Y015
+    _WhichOneofArgType__scheduled_at: _TypeAlias = _typing.Literal["_scheduled_at", b"_scheduled_at"]  # noqa: Y015
     _WhichOneofReturnType__wants_gpu: _TypeAlias = _typing.Literal["wants_gpu"]  # noqa: Y015
     _WhichOneofArgType__wants_gpu: _TypeAlias = _typing.Literal["_wants_gpu", b"_wants_gpu"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__ready) -> _WhichOneofReturnType__ready | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__ready_at) -> _WhichOneofReturnType__ready_at | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__scheduled_at) -> _WhichOneofReturnType__scheduled_at | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__wants_gpu) -> _WhichOneofReturnType__wants_gpu | None: ...
 
 Global___Pod: _TypeAlias = Pod  # noqa: Y015

@@ -395,8 +395,11 @@ class _VllmCollector(Collector):
             labels=[*_LABELS, "finished_reason"],
         )
         for s in states:
-            for reason, share in zip(FINISH_REASONS, (0.9, 0.1, 0.0), strict=True):
-                success.add_metric([s.name, "0", reason], _whole(s.finished * share))
+            # a tenth end at max_tokens ("length"), the rest at a stop token, none aborted: the series sum to
+            # the whole requests finished (what the agent reads as requests_finished), each never falling
+            length = _whole(s.finished * 0.1)
+            for reason, count in zip(FINISH_REASONS, (_whole(s.finished) - length, length, 0.0), strict=True):
+                success.add_metric([s.name, "0", reason], count)
         yield success
         for name, doc in _HISTOGRAMS.items():
             family = HistogramMetricFamily(name, doc, labels=_LABELS)

@@ -251,8 +251,21 @@ def _print_explain(e: dict[str, Any]) -> None:
             f"  pods: {q.get('podSelector') or '-'} in {q.get('namespace') or '-'} (scope {q.get('scope')})"
         )
     for p in e.get("gpuPods", []):
+        ready = p.get("ready")
+        took = p.get("scheduledToReadySeconds")
+        state = "readiness not known" if ready is None else "starting (not Ready)" if not ready else "Ready"
+        if ready and took is not None:
+            state += f", {took:g} s after it was scheduled"
         print(
-            f"  pod {p['pod']} on {p['node']}{'' if p['agentConnected'] else ' (its agent is not connected)'}"
+            f"  pod {p['pod']} on {p['node']}: {state}"
+            f"{'' if p['agentConnected'] else ' (its agent is not connected)'}"
+        )
+    if "coldStartSeconds" in e:
+        cold = e["coldStartSeconds"]
+        print(
+            "  cold start: not learned yet (no pod seen becoming Ready)"
+            if cold is None
+            else f"  cold start: {cold:g} s (scheduled to Ready, the median of its last pods)"
         )
     for g in e.get("gpus", []):
         age = g.get("newestSampleAge")

@@ -35,6 +35,7 @@ import re
 import ssl
 import uuid as uuidlib
 from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -109,16 +110,23 @@ def make_pod(
     resource_claims: Iterable[str] = (),
     annotations: Mapping[str, str] | None = None,
     ip: str | None = None,
+    created_at: float | None = None,
+    scheduled_at: float | None = None,
+    ready_at: float | None = None,
 ) -> Obj:
     """A Pod as the API server returns it. ``containers`` maps names to ``containerID`` (``containerd://…``;
     ``None``: not started yet, so no id). ``ready`` (default: every container started) sets the containers'
     ``ready`` and the pod's ``Ready`` condition. ``limits`` (``{"nvidia.com/gpu": "1"}``) go on every
     container; ``resource_claims`` name the pod's ResourceClaims (DRA); ``annotations`` and ``ip``
-    (``status.podIP``) are what an engine scrape is found by."""
+    (``status.podIP``) are what an engine scrape is found by. ``created_at``, ``scheduled_at`` and
+    ``ready_at`` (Unix seconds) are its ``creationTimestamp`` (default 2025-01-01T00:00:00Z) and the
+    ``lastTransitionTime`` of its ``PodScheduled`` and ``Ready`` conditions (default: its creation): what its
+    cold start is read from."""
     containers = {"main": None} if containers is None else containers
+    created = _rfc3339(created_at) if created_at is not None else "2025-01-01T00:00:00Z"
     statuses = []
     for cname, cid in containers.items():
-        started = cid is not None and (ready is None or ready)
+        started = ready if ready is not None else cid is not None
         status: Obj = {"name": cname, "ready": started, "restartCount": 0, "image": "busybox"}
         if cid is not None:
             status["containerID"] = cid
@@ -136,7 +144,7 @@ def make_pod(
             "uid": uid or str(uuidlib.uuid4()),
             "labels": dict(labels or {}),
             **({"annotations": dict(annotations)} if annotations else {}),
-            "creationTimestamp": "2025-01-01T00:00:00Z",
+            "creationTimestamp": created,
         },
         "spec": {
             "nodeName": node,
@@ -152,11 +160,27 @@ def make_pod(
         },
         "status": {
             "phase": phase,
-            "conditions": [{"type": "Ready", "status": "True" if all_ready else "False"}],
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "True",
+                    "lastTransitionTime": _rfc3339(scheduled_at) if scheduled_at is not None else created,
+                },
+                {
+                    "type": "Ready",
+                    "status": "True" if all_ready else "False",
+                    "lastTransitionTime": _rfc3339(ready_at) if ready_at is not None else created,
+                },
+            ],
             "containerStatuses": statuses,
             **({"podIP": ip} if ip else {}),
         },
     }
+
+
+def _rfc3339(seconds: float) -> str:
+    """Unix seconds as the API writes a time: RFC 3339 in UTC, whole seconds."""
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _parse_field_selector(text: str) -> list[tuple[str, str, bool]]:

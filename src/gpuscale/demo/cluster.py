@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import time
 import uuid as uuidlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -106,6 +107,9 @@ class DemoCluster:
         self._phases: dict[str, str] = {}
         self._documents: dict[str, str] = {}
         self._triggers = list(scaled_object_triggers)
+        # Unix seconds of the demo's time 0: the pods' creation and Ready times are written as the API would
+        # (from which the scaler learns the cold start, pending_s + loading_s)
+        self.epoch = time.time()
 
     # ----- lifecycle
     async def start(self) -> None:
@@ -156,7 +160,15 @@ class DemoCluster:
             ready_at=now + self.pending_s + self.loading_s,
         )
         self.pods.append(pod)
-        api_pod = make_pod(NAMESPACE, pod.name, node=gpu.node, uid=pod.uid, labels=LABELS, phase="Pending")
+        api_pod = make_pod(
+            NAMESPACE,
+            pod.name,
+            node=gpu.node,
+            uid=pod.uid,
+            labels=LABELS,
+            phase="Pending",
+            created_at=self.epoch + pod.created_at,
+        )
         self.api.add_pod(api_pod)
         self._phases[pod.name] = "Pending"
         return pod
@@ -198,6 +210,8 @@ class DemoCluster:
             containers={"main": f"containerd://{pod.container_id}"},
             phase="Running",
             ready=ready,
+            created_at=self.epoch + pod.created_at,
+            ready_at=self.epoch + pod.ready_at if ready else None,
         )
 
         def update(obj: dict[str, Any]) -> None:

@@ -4,8 +4,9 @@ The agent needs a pod's UID and labels, which container a container id (from a P
 and, to read the metrics of an inference engine in it, its IP and its ``gpuscale.io/`` and ``prometheus.io/``
 annotations (``KEPT_ANNOTATION_PREFIXES``; no other annotation is kept). One watch per node replaces
 per-scrape ``GET``s, which hit client-side throttling in dcgm-exporter (#551). ``changed`` is set (and
-``version`` bumped) whenever the UIDs, labels, those annotations, the pod IP or container ids change; other
-status updates do not count. A pod that has finished (``Succeeded``, ``Failed``) is dropped: it holds no GPU,
+``version`` bumped) whenever the UIDs, labels, those annotations, the pod IP, container ids or the pod's
+readiness (``readiness``: Ready or not, when it was scheduled and became Ready) change; other status updates
+do not count. A pod that has finished (``Succeeded``, ``Failed``) is dropped: it holds no GPU,
 and a workload whose pods all finished has none on this node. So is a pod being deleted
 (``deletionTimestamp``): it is draining, and the HPA leaves such pods out of its count (``groupPods``), as
 gpuscale does.
@@ -15,8 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
+from datetime import datetime
+from typing import NamedTuple
 
 from ..model import ContainerRef, PodInfo
 from ._http import Json, KubeApi
@@ -29,9 +33,12 @@ __all__ = [
     "KEPT_ANNOTATION_PREFIXES",
     "NodePodWatcher",
     "PodKey",
+    "Readiness",
     "WatchSettings",
     "api_client_from",
     "kept_annotations",
+    "parse_time",
+    "readiness",
     "strip_runtime_prefix",
 ]
 
@@ -116,6 +123,58 @@ def kept_annotations(meta: Json) -> dict[str, str]:
     return {str(k): str(v) for k, v in annotations.items() if str(k).startswith(KEPT_ANNOTATION_PREFIXES)}
 
 
+def parse_time(value: object) -> float | None:
+    """An API timestamp (RFC 3339, ``2025-01-01T00:00:00Z``, fractions allowed) as Unix seconds; ``None``
+    when absent or not one."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:  # RFC 3339 has a zone (the API writes "Z"); without one it is not a time
+        return None
+    seconds = parsed.timestamp()
+    return seconds if math.isfinite(seconds) else None
+
+
+class Readiness(NamedTuple):
+    """A pod's readiness as its API object says it (``readiness``)."""
+
+    ready: bool | None
+    scheduled_at: float | None
+    ready_at: float | None
+
+
+def readiness(obj: Json) -> Readiness:
+    """Whether the pod is Ready, when it was scheduled and when it became Ready (Unix seconds).
+
+    ``ready``: its ``Ready`` condition's status is ``True``; ``False`` for any other status (``False``,
+    ``Unknown``) and for a pod whose status has no Ready condition yet (just created, Pending); ``None`` only
+    when the object has no status at all. ``scheduled_at``: the ``PodScheduled`` condition's
+    ``lastTransitionTime`` while it is True, else ``metadata.creationTimestamp``. ``ready_at``: the Ready
+    condition's ``lastTransitionTime``, only while it is True (a pod that became not Ready has none)."""
+    status = obj.get("status")
+    meta = obj.get("metadata") or {}
+    conditions = status.get("conditions") if isinstance(status, dict) else None
+    by_type: dict[str, Json] = {}
+    for c in conditions if isinstance(conditions, list) else ():
+        if isinstance(c, dict) and isinstance(c.get("type"), str):
+            by_type[c["type"]] = c
+    scheduled = by_type.get("PodScheduled")
+    scheduled_at = None
+    if scheduled is not None and scheduled.get("status") == "True":
+        scheduled_at = parse_time(scheduled.get("lastTransitionTime"))
+    if scheduled_at is None and isinstance(meta, dict):
+        scheduled_at = parse_time(meta.get("creationTimestamp"))
+    if not isinstance(status, dict) or not status:
+        return Readiness(None, scheduled_at, None)
+    ready_condition = by_type.get("Ready")
+    ready = ready_condition is not None and ready_condition.get("status") == "True"
+    ready_at = parse_time(ready_condition.get("lastTransitionTime")) if ready and ready_condition else None
+    return Readiness(ready, scheduled_at, ready_at)
+
+
 def _entry_from(obj: Json, extra_resource_names: Collection[str] = ()) -> _Entry | None:
     """What the agent keeps of a pod; ``None`` for a finished one or one being deleted (it is no workload's
     any more)."""
@@ -127,6 +186,7 @@ def _entry_from(obj: Json, extra_resource_names: Collection[str] = ()) -> _Entry
     namespace, name = key
     meta = obj.get("metadata") or {}
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    ready, scheduled_at, ready_at = readiness(obj)
     info = PodInfo(
         namespace=namespace,
         name=name,
@@ -135,6 +195,9 @@ def _entry_from(obj: Json, extra_resource_names: Collection[str] = ()) -> _Entry
         wants_gpu=wants_gpu(obj, extra_resource_names),
         annotations=kept_annotations(meta),
         ip=str((obj.get("status") or {}).get("podIP") or ""),
+        ready=ready,
+        scheduled_at=scheduled_at,
+        ready_at=ready_at,
     )
     containers: dict[str, ContainerRef] = {}
     status = obj.get("status") or {}

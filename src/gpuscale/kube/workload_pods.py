@@ -6,7 +6,9 @@ One ``LIST /api/v1/namespaces/{ns}/pods?labelSelector=…`` per workload, at mos
 the HPA's own sync period), shared by the calls in between; refreshed in the background of the call that
 finds it due, so no call waits on the API once a first list is in. A pod counts when it is Running, not
 being deleted (the HPA ignores those), bound to a node, and asks for a GPU (a GPU resource limit or
-request, or a ResourceClaim: ``kube.pods.wants_gpu``). A failing API leaves the last list in place for
+request, or a ResourceClaim: ``kube.pods.wants_gpu``); each with its readiness (``kube.pods.readiness``:
+Ready or still starting, when it was scheduled and became Ready), which the scaler takes where the pod's
+agent cannot say, and learns the workload's cold start from. A failing API leaves the last list in place for
 ``max_age_s``, then none (the agents' view alone), and says so once a minute.
 """
 
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 
 from ._http import KubeApi, get_json
 from .errors import KubeApiError
-from .pods import wants_gpu
+from .pods import readiness, wants_gpu
 
 __all__ = ["ApiGpuPod", "WorkloadPodLister"]
 
@@ -30,8 +32,14 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class ApiGpuPod:
+    """A Running GPU pod of the workload as the list had it: ``ready``, ``scheduled_at``, ``ready_at`` as
+    ``kube.pods.readiness`` reads them (Unix seconds; ``None``: not known)."""
+
     name: str  # namespace/name
     node: str
+    ready: bool | None = None
+    scheduled_at: float | None = None
+    ready_at: float | None = None
 
 
 class WorkloadPodLister:
@@ -126,7 +134,9 @@ class WorkloadPodLister:
             if status.get("phase") != "Running" or not spec.get("nodeName"):
                 continue
             if wants_gpu(item, self.extra):
-                pods.append(ApiGpuPod(f"{namespace}/{meta.get('name')}", str(spec["nodeName"])))
+                ready, scheduled_at, ready_at = readiness(item)
+                name = f"{namespace}/{meta.get('name')}"
+                pods.append(ApiGpuPod(name, str(spec["nodeName"]), ready, scheduled_at, ready_at))
         self._lists.pop(key, None)
         self._lists[key] = (self._clock(), tuple(sorted(pods, key=lambda p: p.name)))
         self._replicas[key] = replicas

@@ -77,6 +77,13 @@ class ScalerMetrics:
             ["namespace", "scaledobject"],
             registry=registry,
         )
+        self.cold_start = Gauge(
+            "gpuscale_workload_cold_start_seconds",
+            "A ScaledObject's workload's cold start as the scaler learned it from its pods: the median of "
+            "its last pods' times from scheduled to Ready (once one has been seen Ready)",
+            ["namespace", "scaledobject"],
+            registry=registry,
+        )
         self._missing_keys: dict[tuple[str, str], None] = {}
         self.agent_reconnects = Counter(
             "gpuscale_scaler_agent_reconnects",
@@ -108,6 +115,11 @@ class ScalerMetrics:
         if value is not None:
             self.trigger_value.labels(namespace, name).set(value)
 
+    def set_cold_start(self, namespace: str, name: str, seconds: float) -> None:
+        """``gpuscale_workload_cold_start_seconds`` of one ScaledObject."""
+        self._touch(namespace, name)
+        self.cold_start.labels(namespace, name).set(seconds)
+
     def _touch(self, namespace: str, name: str, *, limit: int = 4096) -> None:
         """At most ``limit`` ScaledObjects have per-object series (the least recently answered go first), so
         churn cannot grow them without bound."""
@@ -117,7 +129,13 @@ class ScalerMetrics:
         while len(self._missing_keys) > limit:
             old = next(iter(self._missing_keys))
             del self._missing_keys[old]
-            for gauge in (self.missing_pods, self.trigger_value, self.trigger_target, self.trigger_code):
+            for gauge in (
+                self.missing_pods,
+                self.trigger_value,
+                self.trigger_target,
+                self.trigger_code,
+                self.cold_start,
+            ):
                 try:
                     gauge.remove(*old)
                 except KeyError:

@@ -13,6 +13,12 @@ Failure semantics (``status.py`` maps errors to codes):
   pods run there but hold no GPU the agents can name is ``UNAVAILABLE`` too;
 * an unexpected exception is logged and answered ``INTERNAL`` for that call only.
 
+Loading and cold start (workload scope): each GPU pod's readiness is its agent's report, or the API's list
+where the agent cannot say (an older agent, or its node's agent gone: the API's view is then the fresher);
+every pod seen Ready (from the agents and the list) is one observation of the ScaledObject's cold start
+(``scaling.coldstart.ColdStarts``, keyed ``namespace/ScaledObject``), which the answer is given
+(``cold_start``) and ``gpuscale_workload_cold_start_seconds`` exports.
+
 ``StreamIsActive`` sends the current activity at once, then each change, evaluated on every agent update that
 touches the trigger's GPUs (or which GPUs are in scope). While there is no data it sends nothing and keeps
 the stream open; only invalid metadata and permanent lookup failures end it.
@@ -21,6 +27,7 @@ the stream open; only invalid metadata and permanent lookup failures end it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 import time
@@ -34,6 +41,7 @@ from .._proto import externalscaler_pb2 as pb
 from .._proto import externalscaler_pb2_grpc as pb_grpc
 from ..scaling.aggregate import Evaluation, extractor, smooth
 from ..scaling.answer import GpuPod, answer
+from ..scaling.coldstart import ColdStarts
 from ..scaling.errors import MissingPods
 from ..scaling.keys import ENGINE_METRICS
 from ..scaling.metadata import MetadataCache, TriggerMetadata, metric_name, target
@@ -88,6 +96,15 @@ class ApiPod(Protocol):
     @property
     def node(self) -> str: ...
 
+    @property
+    def ready(self) -> bool | None: ...
+
+    @property
+    def scheduled_at(self) -> float | None: ...
+
+    @property
+    def ready_at(self) -> float | None: ...
+
 
 class ExternalScalerService(pb_grpc.ExternalScalerServicer):
     def __init__(
@@ -100,9 +117,13 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         clock: Callable[[], float] = time.time,
         view_problem: Callable[[], str | None] | None = None,
         pods: PodLister | None = None,
+        cold_starts: ColdStarts | None = None,
     ) -> None:
         self.source = source
         self.pods = pods
+        self.cold_starts = cold_starts or ColdStarts()
+        # per ScaledObject, the agents' and the list's pods last learned from (skipped while unchanged)
+        self._learned: dict[str, tuple[object, object]] = {}
         self._view_problem = view_problem
         self.metadata = metadata or MetadataCache()
         self.resolver = resolver
@@ -244,6 +265,7 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
             raise EmptyPool(query.node_selector, self.source.node_count())
         where = f"ScaledObject {key.namespace}/{key.name}" if key is not None else "the workload"
         gpu_pods, replicas = self._gpu_pods(query, selection)
+        cold_start = self._learn(key, query, selection)
         try:
             result = answer(
                 md,
@@ -253,6 +275,7 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
                 workload=where,
                 engines=selection.engines,
                 replicas=replicas,
+                cold_start=cold_start,
             )
         except MissingPods as e:
             self._note_missing(key, md.metric, e.missing, str(e))
@@ -312,10 +335,23 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
             gpus.append(gpu)
         out["gpus"] = gpus
         gpu_pods, _ = self._gpu_pods(query, selection)
+        starts = {p.pod: p.ready_at - p.scheduled_at for p in selection.started}
+        for p in self._listed(query) or ():
+            if p.scheduled_at is not None and p.ready_at is not None:
+                starts.setdefault(p.name, p.ready_at - p.scheduled_at)
         out["gpuPods"] = [
-            {"pod": p.name, "node": p.node, "agentConnected": p.connected, "reportedByAgent": p.reported}
+            {
+                "pod": p.name,
+                "node": p.node,
+                "agentConnected": p.connected,
+                "reportedByAgent": p.reported,
+                "ready": p.ready,
+                "scheduledToReadySeconds": starts.get(p.name) if p.ready else None,
+            }
             for p in gpu_pods
         ]
+        if query.scope == "workload":
+            out["coldStartSeconds"] = self.cold_starts.seconds(f"{key.namespace}/{key.name}")
         if selection.engines:
             out["engines"] = [
                 {"pod": e.pod, "readings": len(e.samples), "missing": e.missing} for e in selection.engines
@@ -344,27 +380,63 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         replicas = self.pods.replicas(query.namespace or "", selector)
         return self._with_api_pods(query, selection.gpu_pods), replicas
 
+    def _listed(self, query: Query) -> Sequence[ApiPod] | None:
+        """The workload's GPU pods as the API's last list has them (``None``: no list, or not workload
+        scope)."""
+        if query.scope != "workload" or self.pods is None:
+            return None
+        return self.pods.cached(query.namespace or "", str(query.pod_selector or ""))
+
     def _with_api_pods(self, query: Query, known: tuple[GpuPod, ...]) -> tuple[GpuPod, ...]:
         """The workload's GPU pods: those the Kubernetes API lists Running (the agents' word where they
         reported them; not reported: missing), and those the agents report that the last list predates.
-        Without a list (none yet, or the API failing): the agents' view alone."""
+        Each pod's readiness is its agent's, or the list's where the agent cannot say (it does not know, or
+        its node's agent is not connected: the list is then the fresher word). Without a list (none yet, or
+        the API failing): the agents' view alone."""
         assert self.pods is not None
-        listed = self.pods.cached(query.namespace or "", str(query.pod_selector or ""))
+        listed = self._listed(query)
         if listed is None:
             return known
         by_name = {p.name: p for p in known}
         names = {p.name for p in listed}
         out: list[GpuPod] = []
         for p in listed:
-            if p.name in by_name:
-                out.append(by_name[p.name])
+            reported = by_name.get(p.name)
+            if reported is not None:
+                if (reported.ready is None or not reported.connected) and p.ready is not None:
+                    reported = dataclasses.replace(reported, ready=p.ready)
+                out.append(reported)
             elif not self.source.follows(p.node):  # its node's agent cannot say: missing
-                out.append(GpuPod(p.name, p.node, connected=False, reported=False))
+                out.append(GpuPod(p.name, p.node, connected=False, reported=False, ready=p.ready))
             # else: a connected agent's live pod watch no longer has it (deleted since the list)
         # a pod a connected agent reports that the list does not have is newer than the list; one only a
         # stale or forgotten node's agent last reported, which the API no longer lists Running, is gone
         out.extend(p for p in known if p.name not in names and p.connected)
         return tuple(out)
+
+    def _learn(self, key: ScaledObjectKey | None, query: Query, selection: Selection) -> float | None:
+        """Count the cold start of each of the workload's GPU pods seen Ready (by its agent, or in the API's
+        list; once per Ready transition) for ScaledObject ``key``, and return what it has learned: seconds
+        from scheduled to Ready (``None``: no pod seen Ready yet, or not a ScaledObject's workload)."""
+        if key is None or not key.name or query.scope != "workload":
+            return None
+        name = f"{key.namespace}/{key.name}"
+        listed = self._listed(query)
+        seen = (selection.started, listed)
+        last = self._learned.get(name)
+        if last is None or last[0] is not seen[0] or last[1] is not seen[1]:  # new reports: learn from them
+            for s in selection.started:
+                self.cold_starts.observe(name, s.pod, s.scheduled_at, s.ready_at)
+            for p in listed or ():
+                if p.scheduled_at is not None and p.ready_at is not None:
+                    self.cold_starts.observe(name, p.name, p.scheduled_at, p.ready_at)
+            if len(self._learned) >= _MAX_SELECTORS and name not in self._learned:
+                self._learned.clear()
+            self._learned[name] = seen
+        seconds = self.cold_starts.seconds(name)
+        if seconds is not None and self.metrics is not None:
+            self.metrics.set_cold_start(key.namespace, key.name, seconds)
+        return seconds
 
     def _note_missing(self, key: ScaledObjectKey | None, metric: str, missing: int, why: str) -> None:
         """The missing-pods gauge, and a warning naming where and why, at most once a minute per object."""

@@ -17,7 +17,7 @@ from ..scaling.engine import EngineSeries
 from ..scaling.profiles import Scope
 from ..scaling.selector import LabelSelector
 
-__all__ = ["ChangeFeed", "GpuSource", "Query", "Selection"]
+__all__ = ["ChangeFeed", "GpuSource", "PodStart", "Query", "Selection"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +32,16 @@ class Query:
 
 
 @dataclass(frozen=True, slots=True)
+class PodStart:
+    """One of the workload's GPU pods that became Ready, as its agent reports it: ``pod`` (``namespace/name``)
+    was scheduled at ``scheduled_at`` and Ready at ``ready_at`` (Unix seconds): one cold start."""
+
+    pod: str
+    scheduled_at: float
+    ready_at: float
+
+
+@dataclass(frozen=True, slots=True)
 class Selection:
     """``series`` to evaluate; ``pods``: the workload's pods found (0 with no pods: the value is 0), of which
     ``gpu_pods`` ask for a GPU (as their agents report it), on connected, stale or forgotten nodes."""
@@ -41,6 +51,7 @@ class Selection:
     uuids: frozenset[str] = frozenset()
     gpu_pods: tuple[GpuPod, ...] = ()
     engines: tuple[EngineSeries, ...] = ()  # workload scope: each GPU pod's engine, as its agent reads it
+    started: tuple[PodStart, ...] = ()  # workload scope: the GPU pods their agents report Ready, and since
 
 
 class ChangeFeed(Protocol):

@@ -1,5 +1,5 @@
 """The cluster scaler's live, in-memory view of every agent's node: GPUs with their recent samples, who holds
-each GPU, and the pods (with labels) each agent reports.
+each GPU, and the pods (with labels, and whether they are Ready and since when) each agent reports.
 
 Fed by ``apply(NodeUpdate)`` from the subscribers (one writer: the event loop); read by the service. Built for
 fast answers:
@@ -30,7 +30,7 @@ from ..scaling.answer import GpuPod
 from ..scaling.engine import EngineSeries
 from ..scaling.profiles import Scope
 from ..scaling.ring import SampleRing
-from .source import Query, Selection
+from .source import PodStart, Query, Selection
 
 __all__ = ["ClusterState", "NodeStatus"]
 
@@ -188,6 +188,7 @@ class ClusterState:
         series: list[GpuSeries] = []
         gpu_pods: list[GpuPod] = []
         engines: list[EngineSeries] = []
+        started: list[PodStart] = []
         pods = 0
         for name, info in self._pods_by_ns.get(ns, {}).items():
             if selector is not None and not selector.matches(info.labels):
@@ -198,9 +199,12 @@ class ClusterState:
                 nodes = sorted(self._pod_nodes.get(key, ()))
                 node = self._nodes.get(nodes[0]) if nodes else None
                 connected = any(n in self._nodes and self._nodes[n].connected for n in nodes)
-                gpu_pods.append(GpuPod(f"{ns}/{name}", node.name if node else "?", connected))
+                where = node.name if node else "?"
+                gpu_pods.append(GpuPod(f"{ns}/{name}", where, connected, ready=info.ready))
                 if node is not None:
                     engines.append(_engine_series(node, key))
+                if info.scheduled_at is not None and info.ready_at is not None:
+                    started.append(PodStart(f"{ns}/{name}", info.scheduled_at, info.ready_at))
             for uuid, gpu in self._gpus_by_pod.get(key, {}).items():
                 series.append(GpuSeries(uuid, gpu.samples, pod=f"{ns}/{name}", pids=gpu.pids_of(key)))
         for name, (node_name, info, _) in self._forgotten.get(ns, {}).items():
@@ -208,7 +212,7 @@ class ClusterState:
                 pods += 1
                 gpu_pods.append(GpuPod(f"{ns}/{name}", node_name, connected=False, forgotten=True))
         uuids = frozenset(s.uuid for s in series)
-        return Selection(tuple(series), pods, uuids, tuple(gpu_pods), tuple(engines))
+        return Selection(tuple(series), pods, uuids, tuple(gpu_pods), tuple(engines), tuple(started))
 
     def _select_pool(self, query: Query) -> Selection:
         selector = query.node_selector

@@ -7,13 +7,19 @@ Engines are told apart by their metric names (``vllm:``, ``sglang:``, ``tgi_``, 
   @005a810bc40f, and the 0.11/0.12 version that adds ``vllm:inter_token_latency_seconds`` and hides
   ``vllm:time_per_output_token_seconds``, "Deprecated in 0.11"); labels ``model_name`` and ``engine`` (the
   data-parallel engine index). ``vllm:kv_cache_usage_perc`` is 0-1 despite its name ("1 means 100 percent
-  usage"); ``vllm:gpu_cache_usage_perc`` is its name before 0.9 (read when the new one is absent).
+  usage"); ``vllm:gpu_cache_usage_perc`` is its name before 0.9 (read when the new one is absent). Finished
+  requests: the counter ``vllm:request_success`` (exposed ``vllm:request_success_total``), one series per
+  ``finished_reason`` (``str(FinishReason)`` of ``vllm/v1/engine/__init__.py``: ``stop``, ``length``,
+  ``abort``, and in newer versions ``error``, ``repetition``), all created at start; summed over the reasons
+  (and engines), so every request that left the engine counts, aborted ones too.
 - **SGLang**: ``python/sglang/srt/metrics/collector.py`` (sgl-project/sglang @00ae9c1590d2):
   ``SchedulerMetricsCollector`` (``sglang:num_queue_reqs``, ``sglang:num_running_reqs``,
   ``sglang:token_usage``: used over total KV-pool tokens, 0-1) with labels ``model_name``, ``engine_type``,
   ``tp_rank``, ``pp_rank``, ``moe_ep_rank`` (and ``dp_rank``); ``TokenizerMetricsCollector``
   (``sglang:prompt_tokens_total``, ``sglang:generation_tokens_total``,
-  ``sglang:time_to_first_token_seconds``, ``sglang:inter_token_latency_seconds``). Reading
+  ``sglang:time_to_first_token_seconds``, ``sglang:inter_token_latency_seconds``, and
+  ``sglang:num_requests_total``, counted by ``observe_one_finished_request``: the finished requests; the
+  aborted ones have their own ``sglang:num_aborted_requests_total``, not read). Reading
   ``sglang:token_usage`` as the KV-cache fill follows the Gateway API Inference Extension's model-server
   protocol (``docs/proposals/003-model-server-protocol/README.md``).
 - **Hugging Face TGI**: ``docs/source/reference/metrics.md`` (huggingface/text-generation-inference
@@ -22,7 +28,9 @@ Engines are told apart by their metric names (``vllm:``, ``sglang:``, ``tgi_``, 
   KV-cache series. ``tgi_request_mean_time_per_token_duration`` (per request: inference time over generated
   tokens, so prefill included) stands in for inter-token latency; ``tgi_request_input_length_sum`` and
   ``tgi_request_generated_tokens_sum`` (histogram sums, counted when a request finishes) for the token
-  counters.
+  counters; the counter ``tgi_request_success`` (written without ``_total``: TGI's exporter adds none)
+  for the finished requests (failed ones, ``tgi_request_failure``, mostly fail validation before the queue,
+  and are not read).
 - **NVIDIA Triton / TensorRT-LLM**: ``docs/user_guide/metrics.md`` (triton-inference-server/server
   @067c1e968356 and its newer version with ``nv_inference_pending_request_count``: "the pending request
   count and queue size per-model can be used interchangeably"), ``nv_inference_first_response_histogram_ms``
@@ -31,7 +39,10 @@ Engines are told apart by their metric names (``vllm:``, ``sglang:``, ``tgi_``, 
   (triton-inference-server/tensorrtllm_backend @7f9aa4680aaf): ``nv_trt_llm_request_metrics{request_type}``
   (``scheduled`` read as running; newer backends add ``waiting``) and
   ``nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type}`` (``used`` over ``max``; else ``fraction``);
-  labels ``model`` and ``version``. Not covered: inter-token latency and token counters (Triton counts
+  labels ``model`` and ``version``. Finished requests: Triton's own counter ``nv_inference_request_success``
+  ("Number of successful inference requests received by Triton (each request is counted as 1, even if the
+  request contains a batch)", per model, counted when the request completes; summed over versions). Not
+  covered: inter-token latency and token counters (Triton counts
   inferences, not tokens), and TensorRT-LLM's own ``trtllm-serve`` server.
 
 Per model, series that differ in other labels are combined: the same signal from shards of one scheduler
@@ -64,7 +75,16 @@ __all__ = [
     "map_exposition",
 ]
 
-_FIELDS = ("waiting", "running", "kv_cache_usage", "ttft", "itl", "prompt_tokens", "generation_tokens")
+_FIELDS = (
+    "waiting",
+    "running",
+    "kv_cache_usage",
+    "ttft",
+    "itl",
+    "prompt_tokens",
+    "generation_tokens",
+    "requests_finished",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +135,7 @@ class EngineSpec:
     itl: tuple[Hist, ...] = ()
     prompt_tokens: tuple[Counter, ...] = ()
     generation_tokens: tuple[Counter, ...] = ()
+    requests_finished: tuple[Counter, ...] = ()
     optional: tuple[str, ...] = ()  # fields not every server of this engine exposes: no note when absent
 
     def families(self) -> set[str]:
@@ -146,6 +167,7 @@ VLLM = EngineSpec(
     itl=(Hist("vllm:inter_token_latency_seconds"), Hist("vllm:time_per_output_token_seconds")),
     prompt_tokens=(Counter("vllm:prompt_tokens_total"),),
     generation_tokens=(Counter("vllm:generation_tokens_total"),),
+    requests_finished=(Counter("vllm:request_success_total"),),
 )
 SGLANG = EngineSpec(
     name="sglang",
@@ -159,6 +181,7 @@ SGLANG = EngineSpec(
     itl=(Hist("sglang:inter_token_latency_seconds"), Hist("sglang:time_per_output_token_seconds")),
     prompt_tokens=(Counter("sglang:prompt_tokens_total"),),
     generation_tokens=(Counter("sglang:generation_tokens_total"),),
+    requests_finished=(Counter("sglang:num_requests_total"),),
 )
 TGI = EngineSpec(
     name="tgi",
@@ -169,6 +192,7 @@ TGI = EngineSpec(
     itl=(Hist("tgi_request_mean_time_per_token_duration"),),
     prompt_tokens=(Counter("tgi_request_input_length_sum"),),
     generation_tokens=(Counter("tgi_request_generated_tokens_sum"),),
+    requests_finished=(Counter("tgi_request_success"),),
 )
 TRITON = EngineSpec(
     name="triton",
@@ -187,6 +211,7 @@ TRITON = EngineSpec(
         Gauge("nv_trt_llm_kv_cache_block_metrics", match=(("kv_cache_block_type", "fraction"),), scale=100.0),
     ),
     ttft=(Hist("nv_inference_first_response_histogram_ms", scale=0.001),),
+    requests_finished=(Counter("nv_inference_request_success"),),
     optional=("running", "kv_cache_usage", "ttft"),  # TensorRT-LLM backend only; the histogram is opt-in
 )
 ENGINES: tuple[EngineSpec, ...] = (VLLM, SGLANG, TGI, TRITON)
