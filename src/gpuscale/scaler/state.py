@@ -26,11 +26,15 @@ from .._proto import agent_pb2
 from ..convert import device_from_pb, engine_reading_from_pb, pod_from_pb, sample_row_from_pb
 from ..model import DeviceInfo, EngineSample, PodInfo
 from ..scaling.aggregate import GpuSeries
-from ..scaling.answer import GpuPod
+from ..scaling.answer import LOOKBACK_MAX_S, GpuPod
 from ..scaling.engine import EngineSeries
 from ..scaling.profiles import Scope
 from ..scaling.ring import SampleRing
 from .source import PodStart, Query, Selection
+
+# How long, and how many, deleted pods' engine readings are kept for the forecast's look-back.
+DEPARTED_KEEP_S = LOOKBACK_MAX_S + 30.0
+DEPARTED_MAX = 10_000
 
 __all__ = ["ClusterState", "NodeStatus"]
 
@@ -141,6 +145,9 @@ class ClusterState:
         # missing pods of their workloads (never a silent 0) until an agent reports them again or another
         # forget_after passes.
         self._forgotten: dict[str, dict[str, tuple[str, PodInfo, float]]] = {}
+        # pods deleted with engine readings, kept for the scale-ahead forecast's look-back (so a scale-down
+        # does not read as a rise): namespace -> pod -> (its info, its readings)
+        self._departed: dict[str, dict[str, tuple[PodInfo, tuple[EngineSample, ...]]]] = {}
         self._ns_version: collections.Counter[str] = collections.Counter()
         self._version = 0  # bumped when a node is replaced, added or forgotten
         self._cache: dict[Query, tuple[int, int, Selection]] = {}
@@ -207,12 +214,40 @@ class ClusterState:
                     started.append(PodStart(f"{ns}/{name}", info.scheduled_at, info.ready_at))
             for uuid, gpu in self._gpus_by_pod.get(key, {}).items():
                 series.append(GpuSeries(uuid, gpu.samples, pod=f"{ns}/{name}", pids=gpu.pids_of(key)))
+        present = self._pods_by_ns.get(ns, {})
+        for name, (info, readings) in self._departed.get(ns, {}).items():
+            if name not in present and (selector is None or selector.matches(info.labels)):
+                engines.append(EngineSeries(f"{ns}/{name}", readings, departed=True))
         for name, (node_name, info, _) in self._forgotten.get(ns, {}).items():
             if selector is None or selector.matches(info.labels):
                 pods += 1
                 gpu_pods.append(GpuPod(f"{ns}/{name}", node_name, connected=False, forgotten=True))
         uuids = frozenset(s.uuid for s in series)
         return Selection(tuple(series), pods, uuids, tuple(gpu_pods), tuple(engines), tuple(started))
+
+    def _depart(self, key: PodKey, info: PodInfo, readings: tuple[EngineSample, ...], now: float) -> None:
+        """Keep a deleted pod's engine readings for ``DEPARTED_KEEP_S`` (Unix ``now``), bounded in number."""
+        ns, name = key
+        self._departed.setdefault(ns, {})[name] = (info, readings)
+        total = 0
+        for space in list(self._departed):
+            kept = {
+                k: v
+                for k, v in self._departed[space].items()
+                if v[1] and v[1][-1].timestamp >= now - DEPARTED_KEEP_S
+            }
+            if kept:
+                self._departed[space] = kept
+                total += len(kept)
+            else:
+                del self._departed[space]
+        if total > DEPARTED_MAX:  # a mass deletion: keep the newest
+            flat = sorted(
+                ((v[1][-1].timestamp, space, k) for space, d in self._departed.items() for k, v in d.items()),
+                reverse=True,
+            )
+            for _, space, k in flat[DEPARTED_MAX:]:
+                del self._departed[space][k]
 
     def _select_pool(self, query: Query) -> Selection:
         selector = query.node_selector
@@ -418,6 +453,7 @@ class ClusterState:
                 namespaces.update(ns for ns, _ in (*pods, *gpu.pods))
                 namespaces.update(ns for ns, _ in (*owners.values(), *gpu.owners.values()))
         if msg.pods_changed and not node.carried:
+            old_pods = node.pods
             new = {(p.namespace, p.name): pod_from_pb(p) for p in msg.pods}
             for key, info in node.pods.items():
                 if new.get(key) != info:
@@ -429,7 +465,10 @@ class ClusterState:
                     namespaces.add(key[0])
             node.pods = new
             for gone in [k for k in node.engines if k not in new]:
-                del node.engines[gone]  # its readings went with the pod
+                left = node.engines.pop(gone)  # its readings went with the pod, but for the look-back
+                was = old_pods.get(gone)
+                if was is not None and left.readings:
+                    self._depart(gone, was, tuple(left.readings), msg.sent_at)
         for e in msg.engines:
             key = (e.namespace, e.pod)
             engine = node.engines.get(key)

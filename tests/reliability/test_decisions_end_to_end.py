@@ -1,0 +1,168 @@
+"""Issue 20's decisions through the real path: stand-in vLLM endpoints (their finished counters and queue
+gauges driven by a known arrival rate), real agents that discover, scrape and stream them with each pod's
+readiness and start times, the real scaler answering as KEDA asks."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+import pytest
+from aiohttp import web
+
+from gpuscale.demo.apiserver import make_pod
+from tests.fakes.kubelet import pod_resources
+from tests.scaler.conftest import Cluster, KedaClient, until
+
+RATE = {
+    "podSelector": "app=llm",
+    "metric": "request_rate",
+    "targetValue": "4",
+    "window": "2",
+    "staleAfter": "3",
+}
+LABELS = 'engine="0",model_name="llama"'
+
+
+class Engine:
+    """A vLLM endpoint whose arrivals per second are ``rate(t)`` (t: seconds since it started), all finished
+    at once (nothing waits, 3 running): ``vllm:request_success_total`` is their integral."""
+
+    def __init__(self, rate: Callable[[float], float]) -> None:
+        self.rate = rate
+        self.t0 = time.time()
+        self.runner: web.AppRunner | None = None
+        self.port = 0
+
+    def finished(self, t: float) -> float:
+        steps = 200
+        return sum(self.rate(t * (k + 0.5) / steps) for k in range(steps)) * t / steps
+
+    async def start(self) -> None:
+        async def metrics(request: web.Request) -> web.Response:
+            f = self.finished(time.time() - self.t0)
+            text = (
+                "# TYPE vllm:num_requests_waiting gauge\n"
+                f"vllm:num_requests_waiting{{{LABELS}}} 0\n"
+                "# TYPE vllm:num_requests_running gauge\n"
+                f"vllm:num_requests_running{{{LABELS}}} 3\n"
+                "# TYPE vllm:kv_cache_usage_perc gauge\n"
+                f"vllm:kv_cache_usage_perc{{{LABELS}}} 0.4\n"
+                "# TYPE vllm:request_success counter\n"
+                f'vllm:request_success_total{{{LABELS},finished_reason="stop"}} {f}\n'
+            )
+            return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+
+@pytest.fixture
+async def engines() -> AsyncIterator[Callable[[Callable[[float], float]], Engine]]:
+    made: list[Engine] = []
+
+    def make(rate: Callable[[float], float]) -> Engine:
+        e = Engine(rate)
+        made.append(e)
+        return e
+
+    yield make
+    for e in made:
+        await e.stop()
+
+
+def add_pod(
+    cluster: Cluster, name: str, node: str, gpu: int, port: int, *, ready: bool, started: float | None = None
+) -> None:
+    """A GPU pod of app=llm on ``node``'s GPU ``gpu``, its engine on ``port`` (0: none), scheduled
+    ``started`` and Ready 10 s later (when ``ready``)."""
+    at = started if started is not None else time.time() - 600
+    cluster.apiserver.add_pod(
+        make_pod(
+            "default",
+            name,
+            node=node,
+            labels={"app": "llm"},
+            limits={"nvidia.com/gpu": "1"},
+            annotations={"gpuscale.io/metrics-port": str(port or 1)},
+            ip="127.0.0.1",
+            ready=ready,
+            created_at=at,
+            scheduled_at=at,
+            ready_at=at + 10 if ready else None,
+        )
+    )
+    n = cluster.nodes[node]
+    n.kubelet.pods.append(pod_resources("default", name, {"main": [("nvidia.com/gpu", [n.uuids[gpu]])]}))
+
+
+async def _value(client: KedaClient, md: dict[str, str]) -> float | grpc.StatusCode:
+    try:
+        return await client.value(md)
+    except grpc.aio.AioRpcError as e:
+        return e.code()
+
+
+async def test_the_demand_with_starting_pods_as_coming_capacity(
+    cluster: Cluster, keda: Callable[[int], KedaClient], engines: Callable[[Callable[[float], float]], Engine]
+) -> None:
+    """One Ready pod taking 6 requests/s and two still loading their model (their engines refuse
+    connections): the answer is the demand, 6 (ceil(6 / 4) = 2 replicas, the loading ones counted), where
+    before the two loading pods were missing pods, 2 of 3, and the answer UNAVAILABLE."""
+    e = engines(lambda t: 6.0)
+    await e.start()
+    await cluster.node("node-1", "constant:50", gpus=3)
+    add_pod(cluster, "llm-0", "node-1", 0, e.port, ready=True)
+    add_pod(cluster, "llm-1", "node-1", 1, 0, ready=False)
+    add_pod(cluster, "llm-2", "node-1", 2, 0, ready=False)
+    scaler = await cluster.scaler()
+    client = keda(scaler.grpc_port)
+
+    async def demand() -> bool:
+        v = await _value(client, RATE)
+        return isinstance(v, float) and abs(v - 6.0) < 0.3
+
+    await until(demand, what="the Ready pod's demand, the loading pods not missing")
+
+
+async def test_scale_ahead_on_a_known_ramp_through_the_scaler(
+    cluster: Cluster, keda: Callable[[int], KedaClient], engines: Callable[[Callable[[float], float]], Engine]
+) -> None:
+    """Arrivals rising 1 request/s every second; the pods' cold start is 10 s (scheduled to Ready, from the
+    API, streamed by the agent). Once the ramp fills the 10 s look-back, `scaleAhead: auto` answers the
+    demand 10 s ahead: about 10 above the plain answer (Sen's slope 1/s x 10 s)."""
+    e = engines(lambda t: 2.0 + t)
+    await e.start()
+    await cluster.node("node-1", "constant:50", gpus=1)
+    add_pod(cluster, "llm-0", "node-1", 0, e.port, ready=True)
+    scaler = await cluster.scaler()
+    client = keda(scaler.grpc_port)
+    ahead_md = {**RATE, "scaleAhead": "auto"}
+
+    async def learned() -> bool:
+        await _value(client, ahead_md)
+        return (
+            scaler.metrics.registry.get_sample_value(
+                "gpuscale_workload_cold_start_seconds", {"namespace": "default", "scaledobject": "so"}
+            )
+            == 10.0
+        )
+
+    await until(learned, what="the cold start learned from the pod", timeout=10)
+    await asyncio.sleep(max(0.0, 13.0 - (time.time() - e.t0)))  # the look-back (10 s) inside the ramp
+    plain, ahead = await _value(client, RATE), await _value(client, ahead_md)
+    assert isinstance(plain, float) and isinstance(ahead, float)
+    now = time.time() - e.t0
+    assert abs(plain - (2.0 + now - 1.0)) < 1.5  # the 2 s window's mean: the demand a second ago
+    assert 7.0 < ahead - plain < 12.0
