@@ -67,7 +67,7 @@ profiles:
     )
     profiles = load_profiles(path)
     assert profiles["my-llm"].target_value == 75.0
-    assert profiles["my-llm"].window == 30.0  # from the built-in llm-serving, defined before the override
+    assert profiles["my-llm"].window == 10.0  # from the built-in llm-serving, defined before the override
     assert profiles["my-llm"].description == "our vLLM fleet"
     replaced = profiles["llm-serving"]
     assert (replaced.metric, replaced.aggregation, replaced.target_value) == ("power_percent", "max", 70.0)
