@@ -112,6 +112,12 @@ def run(args: argparse.Namespace) -> int:
             f"{how}: replicas {rows[0].desired} → peak {peak} → {end}; "
             f"{100 * unserved / total:.1f}% of the demand unserved"
         )
+    if result.engine_scrapes_ok is not None:
+        peak_queue = max((r.queue for r in rows if r.queue == r.queue), default=0.0)
+        print(
+            f"engines:  the agents read the pods' mock vLLM engines {result.engine_scrapes_ok} times "
+            f'(gpuscale_agent_engine_scrapes_total{{result="ok"}}); at most {peak_queue:.0f} requests waiting'
+        )
     print(f"timeline: {result.timeline}")
     print(f"plot:     {result.plot}" if result.plot is not None else f"plot:     none ({plotting.MISSING})")
     print(f"logs:     {result.logs}")
