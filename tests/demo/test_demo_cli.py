@@ -105,3 +105,19 @@ def test_demo_with_the_engine_profile_scales_on_the_mock_engines_queue(tmp_path:
     read = [(float(r["scaler_value"]), q) for r, q in zip(rows, queue, strict=True) if r["scaler_value"]]
     assert any(v > 0 for v, _ in read)
     assert all(v <= 1.5 * max(queue) + 1 for v, _ in read)
+
+
+def test_an_engine_profile_on_the_real_control_plane_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "gpuscale", "demo", "--control-plane", "real", "--profile", "llm-serving"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert run.stderr.splitlines() == [
+        'gpuscale: error: --profile "llm-serving" scales on an engine signal (queue_length), which only the '
+        "stand-in control plane's pods serve; use --control-plane stand-in, or a GPU profile with "
+        "--control-plane real"
+    ]

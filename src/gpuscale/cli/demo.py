@@ -11,7 +11,8 @@ from pathlib import Path
 from .. import plotting
 from ..demo import PATTERNS, DemoError, DemoSettings, run_demo
 from ..errors import UsageError
-from ..scaling.profiles import BUILTIN_PROFILES
+from ..scaling.keys import ENGINE_METRICS
+from ..scaling.profiles import BUILTIN_PROFILES, ProfileSet
 
 __all__ = ["register"]
 
@@ -82,6 +83,13 @@ def run(args: argparse.Namespace) -> int:
     if not args.duration >= 15:
         raise UsageError(f'--duration "{args.duration:g}" must be at least 15 seconds')
     if args.control_plane == "real":
+        metric = ProfileSet.builtin()[args.profile].metric
+        if metric in ENGINE_METRICS:
+            raise UsageError(
+                f'--profile "{args.profile}" scales on an engine signal ({metric}), which only the stand-in '
+                "control plane's pods serve; use --control-plane stand-in, or a GPU profile with "
+                "--control-plane real"
+            )
         return _run_real(args)
     live = sys.stdout.isatty() if args.live is None else args.live
     if live:  # log lines would tear the live view; warnings still show
