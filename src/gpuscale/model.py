@@ -276,7 +276,10 @@ class EngineSample:
     notes: tuple[str, ...] = ()
 
     def model(self, name: str) -> ModelSignals | None:
-        return next((m for m in self.models if m.model == name), None)
+        for m in self.models:
+            if m.model == name:
+                return m
+        return None
 
 
 @dataclass(frozen=True, slots=True)

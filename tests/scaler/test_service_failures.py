@@ -27,7 +27,7 @@ BAD = [
         {"metric": "fan_speed"},
         'invalid trigger metadata: parameter "metric" value "fan_speed" must be one of [dram_active, '
         "generation_tokens_per_second, gpu_utilization, gr_engine_active, itl_p95, kv_cache_usage, memory_used, "
-        "memory_used_percent, memory_utilization, power, power_percent, queue_length, requests_in_flight, "
+        "memory_used_percent, memory_utilization, power, power_percent, queue_length, request_rate, requests_in_flight, "
         "sm_active, sm_occupancy, temperature, tensor_active, ttft_p50, ttft_p95]",
     ),
 ]

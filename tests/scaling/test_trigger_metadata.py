@@ -18,7 +18,7 @@ from gpuscale.scaling import (
 )
 
 KEYS = (
-    "[activationValue, aggregation, maxMissingPercent, metric, model, namespace, nodeSelector, podSelector, profile, scope, share, "
+    "[activationValue, aggregation, kvCacheGuard, maxMissingPercent, metric, model, namespace, nodeSelector, podSelector, profile, scaleAhead, scope, share, "
     "staleAfter, targetValue, window]"
 )
 AGGREGATIONS = "[avg, max, min, p50, p90, p95, p99, sum]"
@@ -111,7 +111,7 @@ def test_valid(metadata: dict[str, str], expected: TriggerMetadata) -> None:
             (
                 'parameter "metric" value "gpu_util" must be one of [dram_active, generation_tokens_per_second, '
                 "gpu_utilization, gr_engine_active, itl_p95, kv_cache_usage, memory_used, memory_used_percent, "
-                "memory_utilization, power, power_percent, queue_length, requests_in_flight, sm_active, "
+                "memory_utilization, power, power_percent, queue_length, request_rate, requests_in_flight, sm_active, "
                 "sm_occupancy, temperature, tensor_active, ttft_p50, ttft_p95]",
             ),
         ),

@@ -50,16 +50,26 @@ def test_requests_in_flight_and_kv_cache() -> None:
     assert kv.metric[210] == pytest.approx(100.0 * 2)  # full on both pods: the aggregate x pods
 
 
-def test_a_loading_pod_has_no_engine_reading_and_counts_as_a_missing_pod() -> None:
-    """Scaling out 2 -> 4 -> 8 (the legacy limit, max(2c, 4) per sync) while the new pods load (1000 s): with
-    2 of 4 pods loading (50 %, the default maxMissingPercent) the scaler answers by the HPA's rule for pods
-    without metrics; with 6 of 8 loading it answers UNAVAILABLE (the HPA reads no value and holds 8)."""
-    (tl,) = _run("queue_length", maximum=20).timelines
-    assert tl.desired[0] == 4  # the first sync: 30 waiting, ceil(30 / 5) = 6, limited to 4
-    ups = [(t, tl.desired[t]) for t in range(1, len(tl.desired)) if tl.desired[t] != tl.desired[t - 1]]
-    assert ups == [(15, 8)]
-    assert not math.isnan(tl.metric[15])
-    assert all(math.isnan(tl.metric[t]) for t in range(30, 400, 15))
+def test_a_loading_pod_is_coming_capacity_and_a_backlog_still_cascades() -> None:
+    """Scaling out while the new pods load (1000 s): the loading pods are neither idle nor missing (every
+    sync reads a value), but a backlog (`queue_length`) keeps growing while they load, so each sync asks for
+    more: 2 -> 4 -> 8 -> 16 -> 20, the cascade; the demand (`request_rate`: finished + growth of those in
+    flight) reads 40 requests/s whatever the queue does, and asks for ceil(40 / 5) = 8 once, at the legacy
+    rate limit (4 at the first sync, 8 at the next)."""
+    (queue,) = _run("queue_length", maximum=20).timelines
+    ups = [
+        (t, queue.desired[t])
+        for t in range(1, len(queue.desired))
+        if queue.desired[t] != queue.desired[t - 1]
+    ]
+    assert ups == [(15, 8), (30, 16), (45, 20)]
+    assert all(not math.isnan(queue.metric[t]) for t in range(15, 400, 15))
+    (rate,) = _run("request_rate", maximum=20).timelines
+    ups = [
+        (t, rate.desired[t]) for t in range(1, len(rate.desired)) if rate.desired[t] != rate.desired[t - 1]
+    ]
+    assert ups == [(15, 4), (30, 8)]
+    assert all(rate.metric[t] == pytest.approx(40.0) for t in range(15, 400, 15))
 
 
 def test_the_series_say_why_a_loading_pods_engine_is_missing() -> None:
@@ -84,5 +94,5 @@ def test_an_engine_metric_the_workload_model_does_not_produce_is_refused() -> No
         parse_scenario(SCENARIO.replace("METRIC", "ttft_p95").replace("MAX", "2"))
     assert info.value.problems == (
         'policies[0].scaledObject.spec.triggers[0].metadata: parameter "metric" value "ttft_p95": the simulator '
-        "models metric gpu_utilization, queue_length, requests_in_flight, kv_cache_usage only",
+        "models metric gpu_utilization, queue_length, requests_in_flight, kv_cache_usage, request_rate only",
     )

@@ -241,13 +241,13 @@ def test_the_trigger_is_the_scalers_parse_of_the_metadata() -> None:
             "{scalerAddress: a, profile: memory-bound}",
             'policies[0].scaledObject.spec.triggers[0].metadata: parameter "metric" value "memory_utilization" '
             '(from profile "memory-bound"): the simulator models metric gpu_utilization, queue_length, '
-            "requests_in_flight, kv_cache_usage only",
+            "requests_in_flight, kv_cache_usage, request_rate only",
         ),
         (
             "{scalerAddress: a, profile: llm-latency}",
             'policies[0].scaledObject.spec.triggers[0].metadata: parameter "metric" value "ttft_p95" '
             '(from profile "llm-latency"): the simulator models metric gpu_utilization, queue_length, '
-            "requests_in_flight, kv_cache_usage only",
+            "requests_in_flight, kv_cache_usage, request_rate only",
         ),
         (
             "{scalerAddress: a, profile: llm}",
@@ -264,8 +264,8 @@ def test_the_trigger_is_the_scalers_parse_of_the_metadata() -> None:
         (
             '{scalerAddress: a, targetValue: "70", aggregation: mean, windw: "5"}',
             'policies[0].scaledObject.spec.triggers[0].metadata: parameter "windw" is not known (did you mean '
-            '"window"?); known parameters are [activationValue, aggregation, maxMissingPercent, metric, model, namespace, nodeSelector, '
-            "podSelector, profile, scope, share, staleAfter, targetValue, window]\n"
+            '"window"?); known parameters are [activationValue, aggregation, kvCacheGuard, maxMissingPercent, metric, model, namespace, nodeSelector, '
+            "podSelector, profile, scaleAhead, scope, share, staleAfter, targetValue, window]\n"
             'policies[0].scaledObject.spec.triggers[0].metadata: parameter "aggregation" value "mean" must be '
             "one of [avg, max, min, p50, p90, p95, p99, sum]",
         ),

@@ -104,6 +104,11 @@ class Evaluation:
     fresh_pods: frozenset[str] = frozenset()  # workload scope: the pods with a usable sample
     missing: int = 0  # workload scope: GPU pods without one (``answer``'s missing-pod rule)
     missing_where: tuple[str, ...] = ()  # their nodes and why: "node-3 (agent gone: 2 pods)"
+    loading: int = 0  # workload scope: GPU pods still starting (not Ready): coming capacity, not idle
+    # how ``answer`` decided beyond the plain value: "" (it did not), "all pods loading", "N-1 guard",
+    # "KV-cache guard", "ahead 120 s" (the forecast one cold start ahead)
+    decided: str = ""
+    present: float | None = None  # the value before the forecast and the guards, when they ran
 
 
 def extractor(metric: Metric, share: Share = "gpu", pids: Collection[int] | None = None) -> Extract:

@@ -28,8 +28,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from .aggregate import Evaluation, GpuSeries, aggregate, evaluate
-from .engine import EngineSeries, pod_value
+from .engine import EngineSeries, gauge, pod_value
 from .errors import MissingPods, UnattributedPods
+from .forecast import Forecast, forecast
 from .keys import ADDITIVE_METRICS, ENGINE_METRICS
 from .metadata import TriggerMetadata
 
@@ -118,9 +119,37 @@ def answer(
     ``cold_start``: the workload's learned cold start (``coldstart.ColdStarts``), seconds, when known.
     Raise ``UnattributedPods``, ``MissingPods`` or ``NoDataError`` where there is no honest value."""
     if md.metric in ENGINE_METRICS:
-        return _engine_answer(md, engines, now=now, gpu_pods=gpu_pods, workload=workload, replicas=replicas)
+        result = _engine_answer(md, engines, now=now, gpu_pods=gpu_pods, workload=workload, replicas=replicas)
+        return _decide(
+            md, result, now=now, engines=engines, gpu_pods=gpu_pods, replicas=replicas, cold_start=cold_start
+        )
     if md.scope != "workload":
         return evaluate(md, series, now=now)
+    loading = {p.name for p in gpu_pods if p.ready is False}
+    if loading:
+        series = [s for s in series if s.pod not in loading]
+        gpu_pods = [p for p in gpu_pods if p.name not in loading]
+        if not gpu_pods:
+            return _all_loading(md, len(loading), replicas)
+    result = _gpu_answer(md, series, now=now, gpu_pods=gpu_pods, workload=workload, replicas=replicas)
+    if loading:
+        result = replace(result, loading=len(loading))
+    if result.missing or result.pods == 0:
+        return result
+    present = evaluate(replace(md, window=0.0), series, now=now).value
+    return _guard(md, result, present, _count(result, replicas))
+
+
+def _gpu_answer(
+    md: TriggerMetadata,
+    series: Sequence[GpuSeries],
+    *,
+    now: float,
+    gpu_pods: Sequence[GpuPod],
+    workload: str,
+    replicas: int | None,
+) -> Evaluation:
+    """A GPU metric in workload scope over the Ready (or not known to be starting) pods."""
     if not series:
         if gpu_pods:
             if all(p.connected for p in gpu_pods):
@@ -158,11 +187,14 @@ def _engine_answer(
     """An engine metric: each pod's value from its engine's readings (``engine.pod_value``); additive
     metrics report the sum over the fresh pods (the per-pod mean times their count), the others the
     aggregate times the pods, as GPU metrics do. Pods without an engine value are missing pods."""
-    known = {p.name: p for p in gpu_pods}
+    loading = {p.name for p in gpu_pods if p.ready is False}
+    known = {p.name: p for p in gpu_pods if p.name not in loading}
     values: dict[str, float] = {}
     why: dict[str, str] = {}
     newest = math.inf
     for e in engines:
+        if e.pod in loading or e.departed:
+            continue  # starting: not in the Service's endpoints yet; departed: gone
         value = None if e.missing is not None else pod_value(md, e.samples, now)
         if value is None:
             why[e.pod] = e.missing or ("no fresh engine reading" if e.samples else "no engine reading")
@@ -171,7 +203,7 @@ def _engine_answer(
         newest = min(newest, max(0.0, now - e.samples[-1].timestamp))
         known.setdefault(e.pod, GpuPod(e.pod, "?"))
     if not known:
-        return NO_PODS
+        return _all_loading(md, len(loading), replicas) if loading else NO_PODS
     missing = [
         Missing(p.name, p.node, _reason(p) or why.get(p.name, "no engine reading"))
         for p in known.values()
@@ -193,6 +225,7 @@ def _engine_answer(
         skipped=len(missing),
         newest_sample_age=newest,
         fresh_pods=frozenset(values),
+        loading=len(loading),
     )
     if not missing:
         return result
@@ -200,6 +233,126 @@ def _engine_answer(
         raise _missing(workload, md, missing, fresh)
     value = _hpa_rule(md, agg, fresh, len(missing), replicas)
     return replace(result, value=value, active=True, missing=len(missing), missing_where=_where(missing))
+
+
+def _count(result: Evaluation, replicas: int | None) -> int:
+    """The workload's replicas as the HPA counts them: ``status.replicas`` where known, else its GPU pods."""
+    return max(replicas or 0, result.pods + result.missing + result.loading)
+
+
+def _all_loading(md: TriggerMetadata, loading: int, replicas: int | None) -> Evaluation:
+    """Every GPU pod is still starting: nothing is measured yet, and nothing is idle. The answer keeps the
+    count (``target x replicas``: the HPA's ratio is 1) and is active, so a workload waking from zero or
+    replacing its pods is never scaled down, or to zero, by pods that have not loaded their model yet."""
+    count = max(loading, replicas or 0)
+    return Evaluation(
+        value=md.target_value * count,
+        aggregate=md.target_value,
+        active=True,
+        gpus=0,
+        pods=0,
+        skipped=0,
+        newest_sample_age=math.inf,
+        loading=loading,
+        decided="all pods loading",
+    )
+
+
+def _ceil_ratio(value: float, target: float) -> int:
+    """The HPA's ``ceil(value / target)`` (with a hair of slack for floating point)."""
+    return math.ceil(value / target - 1e-9)
+
+
+def _guard(md: TriggerMetadata, result: Evaluation, present: float, count: int) -> Evaluation:
+    """Scale-down that holds: an answer that would take the workload below ``count`` replicas never goes
+    below what the present value needs (``ceil(present / target)``, at most ``count``): so it never takes
+    the workload to N-1 replicas when N-1 at the target would not carry the present demand (the smoothed
+    value lags a rise; a forecast is never below the present). With ``kvCacheGuard`` the engine answer
+    holds the count outright while the KV cache is that full (``_decide``)."""
+    target = md.target_value
+    if count <= 0 or _ceil_ratio(result.value, target) >= count:
+        return replace(result, present=present)
+    floor = min(present, target * count)
+    if floor > result.value and _ceil_ratio(floor, target) > _ceil_ratio(result.value, target):
+        return replace(result, value=floor, decided="N-1 guard", present=present)
+    return replace(result, present=present)
+
+
+def _decide(
+    md: TriggerMetadata,
+    result: Evaluation,
+    *,
+    now: float,
+    engines: Sequence[EngineSeries],
+    gpu_pods: Sequence[GpuPod],
+    replicas: int | None,
+    cold_start: float | None,
+) -> Evaluation:
+    """An engine answer with issue 20's decisions on top, when its pods are all measured (an answer the
+    missing-pod rule made, or one with nothing measured, is left as it is): the forecast one cold start
+    ahead (``scaleAhead``), the KV-cache guard, the N-1 guard."""
+    if result.missing or result.pods == 0:
+        return result
+    loading = {p.name for p in gpu_pods if p.ready is False}
+    ready = [e for e in engines if e.pod in result.fresh_pods and e.pod not in loading and not e.departed]
+    present = _engine_total(replace(md, window=0.0), ready, now)
+    count = _count(result, replicas)
+    decided = result
+    if md.scale_ahead == "auto" and cold_start is not None and cold_start > 0:
+        past = [e for e in engines if e.departed or (e.pod not in loading and e.samples)]
+        ahead = _ahead(md, past, now, cold_start, result.value)
+        if ahead.trend and ahead.value > result.value:
+            decided = replace(result, value=ahead.value, decided=f"ahead {cold_start:.0f} s")
+    guard = md.kv_cache_guard
+    if guard is not None and _ceil_ratio(decided.value, md.target_value) < count:
+        kv = [gauge(e.samples[-1], "kv_cache_usage", md.model) for e in ready if e.samples]
+        known = [v for v in kv if v is not None]
+        if known and math.fsum(known) / len(known) >= guard:
+            return replace(decided, value=md.target_value * count, decided="KV-cache guard", present=present)
+    out = _guard(md, decided, present, count)
+    return out if out.decided else replace(out, decided=decided.decided)
+
+
+# The forecast looks back over the cold start, at most this far (the scaler's --history, 120 s by default,
+# is what it holds), in at most this many steps.
+LOOKBACK_MAX_S = 120.0
+LOOKBACK_POINTS = 24
+
+
+def _engine_total(md: TriggerMetadata, engines: Sequence[EngineSeries], now: float) -> float:
+    """The workload's value at ``now`` over ``engines``: the sum of the pods' values (additive metrics;
+    the only ones ``scaleAhead`` allows), a pod without one counting nothing."""
+    values = [pod_value(md, e.samples, now) for e in engines if not e.departed or _there(e, now)]
+    return math.fsum(v for v in values if v is not None)
+
+
+def _there(e: EngineSeries, t: float) -> bool:
+    """Whether a departed pod was still serving at ``t``: up to a reading interval past its last reading (its
+    last value must not count on after it left, beside the pods that took its share)."""
+    s = e.samples
+    if not s:
+        return False
+    spacing = s[-1].timestamp - s[-2].timestamp if len(s) >= 2 else 0.0
+    return t < s[-1].timestamp + spacing
+
+
+def _ahead(
+    md: TriggerMetadata, engines: Sequence[EngineSeries], now: float, horizon: float, present: float
+) -> Forecast:
+    """``forecast.forecast`` of the workload's value over the look-back (the cold start, at most
+    ``LOOKBACK_MAX_S``, at least two windows), ``LOOKBACK_POINTS`` instants at most (one per reading
+    interval at least)."""
+    lookback = min(horizon, LOOKBACK_MAX_S)
+    lookback = max(lookback, 2 * md.window)
+    intervals = [e.samples[-1].timestamp - e.samples[-2].timestamp for e in engines if len(e.samples) >= 2]
+    interval = min(intervals) if intervals else 1.0
+    step = max(lookback / LOOKBACK_POINTS, interval)
+    points: list[tuple[float, float]] = []
+    t = now - lookback
+    while t <= now + 1e-9:
+        points.append((t, _engine_total(md, engines, t)))
+        t += step
+    return forecast(points, present, horizon)
 
 
 def _reason(p: GpuPod) -> str | None:

@@ -26,6 +26,7 @@ How:
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ __all__ = [
     "EngineSeries",
     "GaugeField",
     "HistogramField",
+    "arrival_rate",
     "counter_rate",
     "gauge",
     "histogram_delta",
@@ -50,14 +52,22 @@ __all__ = [
 ]
 
 GaugeField = Literal["waiting", "running", "kv_cache_usage"]
-CounterField = Literal["prompt_tokens", "generation_tokens"]
+CounterField = Literal["prompt_tokens", "generation_tokens", "requests_finished"]
 HistogramField = Literal["ttft", "itl"]
 
 
+def _timestamp(sample: EngineSample) -> float:
+    return sample.timestamp
+
+
 def in_window(samples: Sequence[EngineSample], now: float, window: float) -> list[EngineSample]:
-    """The samples with ``now - window < timestamp <= now``, oldest first."""
-    start = now - window
-    return [s for s in samples if start < s.timestamp <= now]
+    """The samples with ``now - window < timestamp <= now``, oldest first (``samples`` are: a binary
+    search finds the window's ends)."""
+    lo = bisect.bisect_right(samples, now - window, key=_timestamp)
+    hi = bisect.bisect_right(samples, now, lo=lo, key=_timestamp)
+    if isinstance(samples, list | tuple):
+        return list(samples[lo:hi])
+    return [samples[i] for i in range(lo, hi)]
 
 
 def _models(newest: EngineSample, model: str | None) -> list[str]:
@@ -114,6 +124,47 @@ def counter_rate(
         return None
     for name in names:
         rate = _model_rate(picked, name, field)
+        if rate is None:
+            return None
+        total += rate
+    return total
+
+
+def _model_arrivals(samples: Sequence[EngineSample], name: str) -> float | None:
+    """Requests arriving per second at one model: finished ones plus the growth of those waiting and running
+    (a request arrives, waits, runs, finishes), between the first and the newest reading that has all three
+    since the engine last restarted (its finished counter went backwards); never negative."""
+    points: list[tuple[float, float, float]] = []
+    for s in samples:
+        m = s.model(name)
+        if m is None or m.requests_finished is None or m.waiting is None or m.running is None:
+            continue
+        points.append((s.timestamp, m.requests_finished, m.waiting + m.running))
+    start = 0
+    for i in range(1, len(points)):
+        if points[i][1] < points[i - 1][1]:
+            start = i
+    points = points[start:]
+    if len(points) < 2 or points[-1][0] <= points[0][0]:
+        return None
+    (t0, f0, i0), (t1, f1, i1) = points[0], points[-1]
+    return max(0.0, (f1 - f0 + i1 - i0) / (t1 - t0))
+
+
+def arrival_rate(
+    samples: Sequence[EngineSample], now: float, window: float, model: str | None = None
+) -> float | None:
+    """Requests arriving per second over the window (``_model_arrivals``), summed over the models when
+    ``model`` is ``None``; ``None`` when a model lacks the finished counter or a queue gauge."""
+    picked = in_window(samples, now, window)
+    if not picked:
+        return None
+    names = _models(picked[-1], model)
+    if not names:
+        return None
+    total = 0.0
+    for name in names:
+        rate = _model_arrivals(picked, name)
         if rate is None:
             return None
         total += rate
@@ -220,17 +271,21 @@ def histogram_quantile(
 @dataclass(frozen=True, slots=True)
 class EngineSeries:
     """What the scaler holds of one of the workload's pods' engine: its readings (oldest first) and, when its
-    newest scrape failed (or the pod has no endpoint, or its agent reads no engines), why: ``missing``."""
+    newest scrape failed (or the pod has no endpoint, or its agent reads no engines), why: ``missing``.
+    ``departed``: a pod deleted within the forecast's look-back, kept only for what the workload did then
+    (a scale-down must not read as a rise: without the departed pods' share the past would look lower)."""
 
     pod: str
     samples: Sequence[EngineSample]
     missing: str | None = None
+    departed: bool = False
 
 
 def pod_value(md: TriggerMetadata, samples: Sequence[EngineSample], now: float) -> float | None:
     """One pod's value of an engine metric, or ``None`` (its engine did not say: missing). Gauges are the
     mean of the window's readings (the newest fresh one when none is that young, as GPU samples are
-    smoothed); rates and latencies come from the window's counter and bucket deltas. A latency over a window
+    smoothed); rates and latencies come from the window's counter and bucket deltas (``request_rate``: the
+    arrivals, ``arrival_rate``). A latency over a window
     in which no request finished is 0: the engine answered, and nothing waited."""
     fresh = in_window(samples, now, md.stale_after)
     if not fresh:
@@ -252,6 +307,8 @@ def pod_value(md: TriggerMetadata, samples: Sequence[EngineSample], now: float) 
         return math.fsum(values) / len(values) if values else None
     if metric == "generation_tokens_per_second":
         return counter_rate(fresh, now, max(md.window, _two_samples(fresh, now)), "generation_tokens", model)
+    if metric == "request_rate":
+        return arrival_rate(fresh, now, max(md.window, _two_samples(fresh, now)), model)
     field: HistogramField = "itl" if metric == "itl_p95" else "ttft"
     q = 0.5 if metric == "ttft_p50" else 0.95
     delta = histogram_delta(fresh, now, max(md.window, _two_samples(fresh, now)), field, model)

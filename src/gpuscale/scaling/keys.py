@@ -27,12 +27,14 @@ from typing import Final, Literal
 __all__ = [
     "ADDITIVE_METRICS",
     "AGGREGATIONS",
+    "BACKLOG_METRICS",
     "ENGINE_METRICS",
     "KEDA_KEYS",
     "KEYS",
     "KEY_NAMES",
     "METRICS",
     "PROFILE_KEYS",
+    "SCALE_AHEAD",
     "SCOPES",
     "SHARES",
     "Key",
@@ -59,6 +61,7 @@ METRICS: Final = (
     "power",
     "power_percent",
     "queue_length",
+    "request_rate",
     "requests_in_flight",
     "sm_active",
     "sm_occupancy",
@@ -75,12 +78,18 @@ ENGINE_METRICS: Final = frozenset(
         "itl_p95",
         "kv_cache_usage",
         "queue_length",
+        "request_rate",
         "requests_in_flight",
         "ttft_p50",
         "ttft_p95",
     }
 )
-ADDITIVE_METRICS: Final = frozenset({"generation_tokens_per_second", "queue_length", "requests_in_flight"})
+ADDITIVE_METRICS: Final = frozenset(
+    {"generation_tokens_per_second", "queue_length", "request_rate", "requests_in_flight"}
+)
+# Backlogs: what is waiting, not what arrives. A backlog cannot count a starting pod's coming capacity.
+BACKLOG_METRICS: Final = frozenset({"queue_length", "requests_in_flight"})
+SCALE_AHEAD: Final = ("auto", "off")
 AGGREGATIONS: Final = ("avg", "max", "min", "p50", "p90", "p95", "p99", "sum")
 SCOPES: Final = ("node", "pool", "workload")
 SHARES: Final = ("container", "gpu")
@@ -130,8 +139,10 @@ KEYS: Final[tuple[Key, ...]] = (
         "engine busy), `sm_active` (SMs with a warp assigned), `sm_occupancy` (resident warps of the "
         "maximum), `tensor_active` (tensor pipes busy), `dram_active` (memory bandwidth used); the "
         "inference engine's own signals, read on the node (workload scope, see [engines](engines.md)): "
-        "`queue_length` (waiting requests), `requests_in_flight` (waiting + running), "
-        "`generation_tokens_per_second` (these three: the sum over the workload's pods), `kv_cache_usage` "
+        "`queue_length` (waiting requests), `requests_in_flight` (waiting + running), `request_rate` "
+        "(requests arriving per second: those finished plus the growth of those waiting and running, over "
+        "`window`), `generation_tokens_per_second` (these four: the sum over the workload's pods), "
+        "`kv_cache_usage` "
         "(%), `ttft_p50`, `ttft_p95`, `itl_p95` (seconds, over `window`)",
         default="gpu_utilization", profile=True, choices=METRICS),
     Key("aggregation", "aggregation", "choice", "How the per-GPU values in scope become one number.",
@@ -177,6 +188,22 @@ KEYS: Final[tuple[Key, ...]] = (
         "Engine metrics: the one model of a multi-model pod to read (its `model_name` label).",
         "a model name as the engine labels it. Only with an engine metric",
         default_doc="every model of the pod, added up (the KV cache: the fullest)"),
+    Key("scaleAhead", "scale_ahead", "choice",
+        "Answer with the value forecast one cold start ahead, so that capacity arrives when the demand does: "
+        "Sen's slope over the last cold start (at most the 120 s the scaler holds), used only when Kendall's "
+        "τ says the series moves one way (≥ 0.6; a step alone reaches about 0.5), never below the present "
+        "value and adding at most the larger of the present value and the range seen. See "
+        "[decisions](decisions.md).",
+        "`off`; `auto`: ahead by the workload's cold start, learned from its pods (scheduled to Ready; the "
+        "present value until a pod has been seen starting). Only with `request_rate`, `queue_length`, "
+        "`requests_in_flight`, `generation_tokens_per_second`",
+        default="off", profile=True, choices=SCALE_AHEAD),
+    Key("kvCacheGuard", "kv_cache_guard", "number",
+        "Engine metrics: while the workload's KV cache is at least this full (%, the mean of its Ready pods' "
+        "newest readings), the answer never asks for fewer replicas than the workload has: a busy engine "
+        "with an empty queue is not idle.",
+        "a finite number > 0, at most 100. Only with an engine metric",
+        default_doc="none", profile=True, exclusive=True, maximum=100.0),
     Key("podSelector", "pod_selector", "selector",
         "Overrides how the workload's pods are found (normally the `/scale` selector of `scaleTargetRef`).",
         "a Kubernetes label selector string: `app=llm`, `tier!=canary`, `tier in (a,b)`, `tier notin (a,b)`, "

@@ -71,6 +71,8 @@ class TriggerMetadata:
     namespace: str | None = None
     node_selector: LabelSelector | None = None
     model: str | None = None
+    scale_ahead: str = "off"
+    kv_cache_guard: float | None = None
 
     @property
     def metric_name(self) -> str:
@@ -164,6 +166,8 @@ def parse_metadata(metadata: Mapping[str, str], profiles: ProfileSet | None = No
         activation=cast(float | None, values.get("activationValue")),
         window=cast(float | None, values.get("window")),
         stale_after=cast(float | None, values.get("staleAfter")),
+        scale_ahead=cast(str | None, values.get("scaleAhead")),
+        kv_cache_guard=cast(float | None, values.get("kvCacheGuard")),
     ):
         shown = raw[key] if origin.get(key) == "" else bad
         problems.append(f'parameter "{key}" value {show(shown)}{origin.get(key, "")} {tail}')
@@ -185,6 +189,10 @@ def parse_metadata(metadata: Mapping[str, str], profiles: ProfileSet | None = No
         namespace=cast(str | None, raw.get("namespace")),
         node_selector=selectors.get("nodeSelector"),
         model=cast(str | None, raw.get("model")),
+        scale_ahead=cast(str, values["scaleAhead"]),
+        kv_cache_guard=None
+        if values.get("kvCacheGuard") is None
+        else float(cast(float, values["kvCacheGuard"])),
     )
 
 

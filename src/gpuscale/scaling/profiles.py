@@ -55,6 +55,7 @@ Metric = Literal[
     "itl_p95",
     "kv_cache_usage",
     "queue_length",
+    "request_rate",
     "requests_in_flight",
     "ttft_p50",
     "ttft_p95",
@@ -116,6 +117,8 @@ def combination_problems(
     activation: float | None,
     window: float | None,
     stale_after: float | None,
+    scale_ahead: str | None = None,
+    kv_cache_guard: float | None = None,
 ) -> list[tuple[str, float | str, str]]:
     """Problems of fields that are fine alone but not together: ``(key, value, "must be …")``.
     A ``None`` field is not known yet; checks needing it are skipped."""
@@ -153,6 +156,17 @@ def combination_problems(
                 f'is only allowed with metric {", ".join(CONTAINER_METRICS)} (metric is "{metric}")',
             )
         )
+    if scale_ahead == "auto" and metric is not None and metric not in keys.ADDITIVE_METRICS:
+        allowed = ", ".join(sorted(keys.ADDITIVE_METRICS))
+        why = (
+            f"is only allowed with metric {allowed} (workload sums a trend can carry ahead); "
+            f'metric is "{metric}"'
+        )
+        out.append(("scaleAhead", "auto", why))
+    if kv_cache_guard is not None and metric is not None and metric not in keys.ENGINE_METRICS:
+        allowed = ", ".join(sorted(keys.ENGINE_METRICS))
+        why = f'is only allowed with an engine metric ({allowed}); metric is "{metric}"'
+        out.append(("kvCacheGuard", kv_cache_guard, why))
     if window is not None and stale_after is not None and window > stale_after:
         out.append(
             ("window", window, f"must be at most staleAfter ({stale_after:g}): older samples never count")
@@ -175,6 +189,8 @@ class Profile:
     max_missing_percent: float | None = None
     scope: Scope | None = None
     share: Share | None = None
+    scale_ahead: str | None = None
+    kv_cache_guard: float | None = None
 
     def as_metadata(self) -> dict[str, str]:
         """The trigger metadata keys this profile sets, as text (numbers with every digit)."""
@@ -344,6 +360,8 @@ def _profile(name: object, body: object, known: Mapping[str, Profile], problems:
         activation=profile.activation_value,
         window=profile.window,
         stale_after=profile.stale_after,
+        scale_ahead=profile.scale_ahead,
+        kv_cache_guard=profile.kv_cache_guard,
     ):
         problems.append(f'{where} field "{key}": value {show(value)} {tail}')
     return profile if len(problems) == before else None

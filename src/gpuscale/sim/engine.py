@@ -25,7 +25,8 @@ from typing import Literal, overload
 
 from ..model import EngineSample, GpuSample, ModelSignals
 from ..scaling.aggregate import GpuSeries
-from ..scaling.answer import GpuPod, answer
+from ..scaling.answer import LOOKBACK_MAX_S, GpuPod, answer
+from ..scaling.coldstart import ColdStarts
 from ..scaling.engine import EngineSeries
 from ..scaling.errors import MissingPods, NoDataError, UnattributedPods
 from ..scaling.keys import ENGINE_METRICS
@@ -151,9 +152,15 @@ class _Run:
     dark: frozenset[str] = frozenset()
     # and of each Ready pod's engine: its readings, oldest first (gpuscale engine triggers only)
     engines: dict[str, list[EngineSample]] = field(default_factory=dict)
+    # and of pods deleted within the forecast's look-back: their readings until they went
+    departed: dict[str, list[EngineSample]] = field(default_factory=dict)
     # pods deleted and still holding their GPUs: (pod, the second it is gone)
     terminating: tuple[tuple[Pod, int], ...] = ()
     queue: EngineQueue = field(default_factory=lambda: EngineQueue(0))
+    # each Ready pod's engine counters: (requests finished so far, requests in flight at its last reading)
+    counters: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # the workload's cold start as the scaler learns it from its pods (scheduled to Ready)
+    cold_starts: ColdStarts = field(default_factory=ColdStarts)
 
 
 def _sampled(run: _Run, times: tuple[int, ...]) -> list[Observation]:
@@ -208,7 +215,10 @@ LOADING_ENGINE = "engine not read: connect_error (the engine is loading: connect
 
 
 def engine_series(
-    engines: dict[str, list[EngineSample]], gpu: Sequence[GpuSeries], visible_until: float
+    engines: dict[str, list[EngineSample]],
+    gpu: Sequence[GpuSeries],
+    visible_until: float,
+    departed: dict[str, list[EngineSample]] | None = None,
 ) -> list[EngineSeries]:
     """The engine series the scaler holds: each Ready pod's readings taken at or before ``visible_until``;
     a pod with GPU samples and no reading (loading) is one whose engine could not be read."""
@@ -219,6 +229,10 @@ def engine_series(
             out.append(EngineSeries(f"sim/{name}", history[:n]))
     read = {e.pod for e in out}
     out.extend(EngineSeries(s.pod, (), LOADING_ENGINE) for s in gpu if s.pod and s.pod not in read)
+    for name, history in (departed or {}).items():
+        n = bisect.bisect_right(history, visible_until, key=lambda x: x.timestamp)
+        if n:
+            out.append(EngineSeries(f"sim/{name}", history[:n], departed=True))
     return out
 
 
@@ -228,20 +242,35 @@ def gpuscale_reading(
     now: float,
     engines: Sequence[EngineSeries] = (),
     dark: Iterable[str] = (),
+    *,
+    loading: Iterable[str] = (),
+    replicas: int | None = None,
+    cold_start: float | None = None,
 ) -> tuple[float | None, bool]:
     """(value for GetMetrics, IsActive) of a gpuscale trigger, as the scaler answers them; ``None``: the
     scaler answers ``UNAVAILABLE``. Every series is one of the workload's Running pods, each asking for a
-    GPU; ``engines``: their engines, for an engine metric."""
+    GPU; ``engines``: their engines, for an engine metric; ``loading``: the Running pods not Ready yet (the
+    agents and the API report readiness); ``replicas``: the target's pods (Pending too); ``cold_start``: the
+    workload's, as the scaler learned it."""
     assert trig.metadata is not None
+    starting = {f"sim/{name}" for name in loading}
     try:
-        pods = [GpuPod(s.pod or s.uuid, "sim") for s in series]
+        pods = [GpuPod(s.pod or s.uuid, "sim", ready=(s.pod or s.uuid) not in starting) for s in series]
         seen = {p.name for p in pods}
         pods += [
-            GpuPod(f"sim/{name}", "sim", connected=False)
+            GpuPod(f"sim/{name}", "sim", connected=False, ready=f"sim/{name}" not in starting)
             for name in sorted(dark)
             if f"sim/{name}" not in seen
         ]
-        result = answer(trig.metadata, series, now=now, gpu_pods=pods, engines=engines)
+        result = answer(
+            trig.metadata,
+            series,
+            now=now,
+            gpu_pods=pods,
+            engines=engines,
+            replicas=replicas,
+            cold_start=cold_start,
+        )
     except (NoDataError, UnattributedPods, MissingPods):
         return None, False
     return result.value, result.active
@@ -261,9 +290,23 @@ def _trigger_value(policy: Policy, src: MetricSource, run: _Run, t: int) -> tupl
     assert trig is not None and trig.metadata is not None
     visible = t - policy.gpuscale.delay_seconds
     series = gpuscale_series(run.samples, visible)
-    engines = engine_series(run.engines, series, visible) if trig.metadata.metric in ENGINE_METRICS else ()
+    engines = (
+        engine_series(run.engines, series, visible, run.departed)
+        if trig.metadata.metric in ENGINE_METRICS
+        else ()
+    )
     running = set(run.history[-1].ready) | set(run.history[-1].loading) if run.history else set()
-    return gpuscale_reading(trig, series, t + _READ_OFFSET, engines, run.dark & running)
+    seen = run.history[max(0, min(len(run.history) - 1, int(visible)))] if run.history else None
+    return gpuscale_reading(
+        trig,
+        series,
+        t + _READ_OFFSET,
+        engines,
+        run.dark & running,
+        loading=seen.loading if seen is not None else (),
+        replicas=len(run.pods),
+        cold_start=run.cold_starts.seconds(_WORKLOAD),
+    )
 
 
 def _sample_gpus(
@@ -277,7 +320,16 @@ def _sample_gpus(
     for name in [n for n in run.samples if n not in names]:
         del run.samples[name]
     for name in [n for n in run.engines if n not in names]:
-        del run.engines[name]
+        run.departed[name] = run.engines.pop(name)  # the scaler keeps them for the forecast's look-back
+    kept_s = _horizon(policy) * policy.gpuscale.sampling_interval
+    for name, gone in list(run.departed.items()):
+        if not gone or gone[-1].timestamp < t - kept_s:
+            del run.departed[name]
+    for p in run.pods:
+        if p.ready_at == t:  # the scaler sees it become Ready (agents and the API report readiness)
+            run.cold_starts.observe(_WORKLOAD, p.name, float(p.created), float(p.ready_at))
+    if engines:
+        _count_requests(run, obs)
     if t % policy.gpuscale.sampling_interval:
         return
     values = obs.samples()
@@ -308,17 +360,50 @@ def _sample_gpus(
     if not engines:
         return
     ready = [name for name in obs.ready if name not in dark]
-    if ready:
-        n = len(obs.ready)
+    n = len(obs.ready)
+    for name in ready:
         signals = ModelSignals(
-            "sim", waiting=obs.waiting / n, running=obs.running / n, kv_cache_usage=obs.kv_cache
+            "sim",
+            waiting=obs.waiting / n,
+            running=obs.running / n,
+            kv_cache_usage=obs.kv_cache,
+            requests_finished=run.counters[name][0],
         )
         reading = EngineSample(float(t), "vllm", (signals,))
-    for name in ready:
         readings = run.engines.setdefault(name, [])
         readings.append(reading)
         if len(readings) > 2 * keep and readings[0].timestamp < t - keep:
             del readings[: len(readings) - keep]
+
+
+# The one workload a run scales, as the scaler's cold-start learner names it.
+_WORKLOAD = "sim"
+
+
+def _count_requests(run: _Run, obs: Observation) -> None:
+    """Each Ready pod's finished-requests counter, advanced by one second: the router splits the arrivals
+    between the Ready pods, and what a pod did not keep in flight it finished (or aborted: an abandoned
+    request is finished with ``finished_reason="abort"`` in vLLM's counter), so its arrivals are its finished
+    requests plus the growth of its waiting and running ones, as on a real engine. A pod's first second
+    Ready is its baseline. When a pod leaves, the simulator's one queue moves its share to the others; their
+    counters never go back (no counter does), so that second their arrivals read high: an error only on
+    scale-down, and on the side that keeps replicas."""
+    ready = obs.ready
+    if not ready:
+        run.counters.clear()
+        return
+    n = len(ready)
+    share = (obs.waiting + obs.running) / n
+    arrivals = obs.demand / n
+    counters: dict[str, tuple[float, float]] = {}
+    for name in ready:
+        before = run.counters.get(name)
+        if before is None:
+            counters[name] = (0.0, share)
+            continue
+        finished, in_flight = before
+        counters[name] = (finished + max(0.0, arrivals - (share - in_flight)), share)
+    run.counters = counters
 
 
 def _reads_engines(policy: Policy) -> bool:
@@ -333,6 +418,11 @@ def _horizon(policy: Policy) -> int:
         (s.trigger.metadata.stale_after for s in policy.sources if s.trigger and s.trigger.metadata),
         default=0.0,
     )
+    ahead = any(
+        s.trigger.metadata.scale_ahead != "off" for s in policy.sources if s.trigger and s.trigger.metadata
+    )
+    if ahead:  # the forecast looks back over the cold start, at most LOOKBACK_MAX_S, each point a window
+        longest += LOOKBACK_MAX_S
     return int(longest + policy.gpuscale.delay_seconds) // policy.gpuscale.sampling_interval + 2
 
 
@@ -422,6 +512,11 @@ def simulate(
     """Run ``policy`` against ``demand`` (one value per second) and return the per-second timeline."""
     initial = workload.initial_replicas if policy.initial_replicas is None else policy.initial_replicas
     pods = tuple(Pod(i, -1, 0, 0) for i in range(initial))
+    cold_starts = ColdStarts()
+    for p in pods:  # the API lists them with their history: each started as any pod of the workload does
+        cold_starts.observe(
+            _WORKLOAD, p.name, -float(workload.provisioning_seconds + workload.load_seconds), 0.0
+        )
     so = policy.scaled_object
     n = len(policy.sources)
     run = _Run(
@@ -434,6 +529,7 @@ def simulate(
         [],
     )
     run.queue = EngineQueue(workload.max_queue_seconds)
+    run.cold_starts = cold_starts
     memory_total = int(workload.gpu_memory_gib * 2**30)
     reads_engines = _reads_engines(policy)
     has_push = so is not None and any(s.trigger is not None and s.trigger.push for s in policy.sources)

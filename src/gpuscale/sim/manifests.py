@@ -165,9 +165,10 @@ def _gpuscale_metadata(
 
 
 # The gpuscale trigger metrics the simulator feeds the scaler's code: GPU utilization, and the engine's
-# gauges (``workload.Observation``: waiting, running, KV-cache fill); not its latency histograms or token
-# counters, which the workload model does not produce.
-SIM_METRICS = ("gpu_utilization", "queue_length", "requests_in_flight", "kv_cache_usage")
+# gauges (``workload.Observation``: waiting, running, KV-cache fill) and its finished-requests counter (so
+# ``request_rate``, the arrivals); not its latency histograms or token counters, which the workload model
+# does not produce.
+SIM_METRICS = ("gpu_utilization", "queue_length", "requests_in_flight", "kv_cache_usage", "request_rate")
 _ENGINE_SIGNALS = {"queue_length": "queue", "requests_in_flight": "in_flight", "kv_cache_usage": "kv_cache"}
 
 
@@ -207,7 +208,8 @@ def _trigger(
         return None
     field = _ENGINE_SIGNALS.get(md.metric, "gpu_utilization")
     additive = md.metric in ("queue_length", "requests_in_flight")  # the scaler sums them over the pods
-    signal = parse_signal(f"{'sum' if additive else md.aggregation}({field})")
+    text = "demand" if md.metric == "request_rate" else f"{'sum' if additive else md.aggregation}({field})"
+    signal = parse_signal(text)
     assert signal is not None
     trig = TriggerSpec(
         name,

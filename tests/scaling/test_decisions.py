@@ -1,0 +1,246 @@
+"""Issue 20's decisions in ``scaling.answer``, on small cases: the demand (``request_rate``), starting pods
+as coming capacity, the scale-ahead forecast, the N-1 guard and the KV-cache guard."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pytest
+
+from gpuscale.model import EngineSample, GpuSample, ModelSignals
+from gpuscale.scaling import GpuSeries, parse_metadata
+from gpuscale.scaling.answer import GpuPod, answer
+from gpuscale.scaling.engine import EngineSeries
+from gpuscale.scaling.errors import MissingPods
+from gpuscale.scaling.forecast import TAU_MIN, forecast, kendall_tau, sen_slope
+
+NOW = 10_000.0
+
+
+def engine(
+    pod: str,
+    arrivals: Callable[[float], float],
+    *,
+    seconds: int = 130,
+    in_flight: Callable[[float], float] = lambda t: 20.0,
+    kv: float = 50.0,
+) -> EngineSeries:
+    """One reading a second up to NOW of an engine whose arrivals per second are ``arrivals(t)``: its
+    finished counter grows by what arrived less what it kept in flight, as a real engine's does."""
+    readings = []
+    finished = 0.0
+    before = in_flight(NOW - seconds)
+    for k in range(seconds, -1, -1):
+        t = NOW - k
+        now_in_flight = in_flight(t)
+        finished += arrivals(t) - (now_in_flight - before)
+        before = now_in_flight
+        waiting = max(0.0, now_in_flight - 20.0)
+        signals = ModelSignals(
+            "m",
+            waiting=waiting,
+            running=now_in_flight - waiting,
+            kv_cache_usage=kv,
+            requests_finished=finished,
+        )
+        readings.append(EngineSample(t, "vllm", (signals,)))
+    return EngineSeries(pod, readings)
+
+
+def rate_md(**extra: str) -> object:
+    return parse_metadata({"metric": "request_rate", "targetValue": "4", **extra})
+
+
+# ----- request_rate: the demand --------------------------------------------------------------------------
+def test_request_rate_is_finished_plus_the_growth_of_those_in_flight() -> None:
+    """Two pods, 6 and 10 requests/s arriving; pod b's queue grows by 3 a second (it serves only 7): its
+    finished counter alone says 7, the arrivals 10. The answer is the sum, 16: ceil(16 / 4) = 4 replicas."""
+    md = rate_md()
+    a = engine("a", lambda t: 6.0)
+    b = engine("b", lambda t: 10.0, in_flight=lambda t: 20.0 + 3.0 * (t - NOW + 130))
+    pods = [GpuPod("a", "n1", ready=True), GpuPod("b", "n2", ready=True)]
+    result = answer(md, [], now=NOW, gpu_pods=pods, engines=[a, b])  # type: ignore[arg-type]
+    assert result.value == pytest.approx(16.0)
+    assert math.ceil(result.value / 4) == 4
+
+
+def test_request_rate_of_a_restarted_engine_starts_over_and_is_never_negative() -> None:
+    md = parse_metadata({"metric": "request_rate", "targetValue": "4", "window": "10"})
+    readings = []
+    for k in range(20, -1, -1):
+        t = NOW - k
+        finished = 5.0 * (20 - k) if k > 5 else 5.0 * (5 - k)  # the engine restarted 5 s ago
+        readings.append(
+            EngineSample(t, "vllm", (ModelSignals("m", waiting=0, running=10, requests_finished=finished),))
+        )
+    result = answer(md, [], now=NOW, gpu_pods=[GpuPod("p", "n")], engines=[EngineSeries("p", readings)])
+    assert result.value == pytest.approx(5.0)
+
+
+def test_request_rate_without_the_finished_counter_is_a_missing_pod_never_zero() -> None:
+    md = rate_md()
+    readings = [
+        EngineSample(NOW - k, "vllm", (ModelSignals("m", waiting=0, running=10),)) for k in range(10, -1, -1)
+    ]
+    with pytest.raises(MissingPods):
+        answer(md, [], now=NOW, gpu_pods=[GpuPod("p", "n")], engines=[EngineSeries("p", readings)])  # type: ignore[arg-type]
+
+
+# ----- starting pods: coming capacity, never idle, never missing -------------------------------------------
+def test_a_loading_pod_is_coming_capacity_not_a_missing_pod() -> None:
+    """2 Ready pods, 6 loading (their engines refuse connections): before, 6 of 8 missing was UNAVAILABLE
+    (over maxMissingPercent 50); now the starting pods are neither missing nor idle: the answer is the Ready
+    pods' demand, 40 requests/s, from which the HPA keeps ceil(40 / 4) = 10, counting the 6 coming."""
+    md = rate_md()
+    ready = [engine(p, lambda t: 20.0) for p in ("a", "b")]
+    loading = [EngineSeries(f"new-{i}", (), "engine not read: connect_error") for i in range(6)]
+    pods = [GpuPod("a", "n1", ready=True), GpuPod("b", "n1", ready=True)]
+    pods += [GpuPod(f"new-{i}", "n2", ready=False) for i in range(6)]
+    result = answer(md, [], now=NOW, gpu_pods=pods, engines=[*ready, *loading], replicas=8)  # type: ignore[arg-type]
+    assert (result.value, result.loading, result.missing) == (pytest.approx(40.0), 6, 0)
+    # readiness not known (an older agent, no API): the same pods are missing pods, as before
+    unknown = [GpuPod(p.name, p.node) for p in pods]
+    with pytest.raises(MissingPods):
+        answer(md, [], now=NOW, gpu_pods=unknown, engines=[*ready, *loading])  # type: ignore[arg-type]
+
+
+def test_a_loading_pods_gpu_at_zero_does_not_make_the_workload_look_idle() -> None:
+    """GPU utilization, p90: 2 Ready pods at 100 %, 2 loading at 0 %. Counted, the loading ones pull the
+    aggregate to 100 x 4 pods... with avg they halve it; left out, the Ready pods' figure counts."""
+    md = parse_metadata(
+        {"metric": "gpu_utilization", "aggregation": "avg", "targetValue": "70", "window": "0"}
+    )
+    series = [
+        GpuSeries(f"GPU-{p}", [GpuSample(f"GPU-{p}", NOW - 1, gpu_utilization=u)], pod=p)
+        for p, u in (("a", 100.0), ("b", 100.0), ("c", 0.0), ("d", 0.0))
+    ]
+    ready = {"a": True, "b": True, "c": False, "d": False}
+    pods = [GpuPod(p, "n", ready=r) for p, r in ready.items()]
+    result = answer(md, series, now=NOW, gpu_pods=pods)  # type: ignore[arg-type]
+    assert (result.aggregate, result.value, result.loading, result.missing) == (100.0, 200.0, 2, 0)
+
+
+@pytest.mark.parametrize("metric", ["gpu_utilization", "request_rate"])
+def test_every_pod_loading_holds_and_is_active(metric: str) -> None:
+    """Waking from zero or replacing every pod: nothing is measured and nothing is idle. The answer holds the
+    count (target x replicas: the HPA's ratio is 1) and is active, never 0."""
+    md = parse_metadata({"metric": metric, "targetValue": "4", "window": "0"})
+    pods = [GpuPod(f"p{i}", "n", ready=False) for i in range(3)]
+    series = [
+        GpuSeries(f"GPU-p{i}", [GpuSample(f"GPU-p{i}", NOW - 1, gpu_utilization=0.0)], pod=f"p{i}")
+        for i in range(3)
+    ]
+    engines = [EngineSeries(f"p{i}", (), "engine not read: connect_error") for i in range(3)]
+    result = answer(md, series, now=NOW, gpu_pods=pods, engines=engines, replicas=4)  # type: ignore[arg-type]
+    assert (result.value, result.active, result.loading) == (16.0, True, 3)
+
+
+# ----- the forecast ---------------------------------------------------------------------------------------
+def test_sen_slope_and_kendall_tau_on_known_series() -> None:
+    ramp = [(float(t), 6.0 + 0.5 * t) for t in range(20)]
+    assert sen_slope(ramp) == pytest.approx(0.5)
+    assert kendall_tau([v for _, v in ramp]) == pytest.approx(1.0)
+    step = [6.0] * 10 + [40.0] * 10  # a step at half the look-back: 100 concordant pairs of 190
+    assert kendall_tau(step) == pytest.approx(100 / 190)
+    assert kendall_tau(step) < TAU_MIN
+    flat = [6.0] * 20
+    assert kendall_tau(flat) == 0.0
+
+
+def test_the_forecast_on_a_ramp_is_the_present_plus_the_slope_over_the_horizon() -> None:
+    ramp = [(float(t), 6.0 + 0.1 * t) for t in range(0, 121, 5)]
+    f = forecast(ramp, present=18.0, horizon=120.0)
+    assert f.trend and f.value == pytest.approx(18.0 + 0.1 * 120)
+    # bounded: adds at most the larger of the present value and the range seen (here 12)
+    steep = [(float(t), 1.0 + 1.0 * t) for t in range(0, 121, 5)]
+    assert forecast(steep, present=10.0, horizon=1000.0).value == pytest.approx(10.0 + 120.0)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [6.0] * 12 + [40.0] * 13,  # a step: no warning, answered at its present value
+        [6.0 + (1.0 if i % 2 else -1.0) for i in range(25)],  # noise around a level
+        [40.0 - i for i in range(25)],  # a fall: capacity is never removed early
+    ],
+)
+def test_no_trend_no_forecast(values: list[float]) -> None:
+    points = [(5.0 * i, v) for i, v in enumerate(values)]
+    f = forecast(points, present=values[-1], horizon=120.0)
+    assert not f.trend and f.value == values[-1]
+
+
+def test_scale_ahead_through_answer_on_a_ramp() -> None:
+    """Arrivals rising 0.1 requests/s every second on one pod, the cold start learned at 120 s: the answer is
+    the demand two minutes ahead, 12 requests/s above today's; without a cold start, or off, today's."""
+    demand = lambda t: 10.0 + 0.1 * (t - NOW + 130)  # noqa: E731
+    series = [engine("a", demand)]
+    pods = [GpuPod("a", "n", ready=True)]
+    plain = answer(rate_md(), [], now=NOW, gpu_pods=pods, engines=series)  # type: ignore[arg-type]
+    ahead_md = rate_md(scaleAhead="auto")
+    ahead = answer(ahead_md, [], now=NOW, gpu_pods=pods, engines=series, cold_start=120.0)  # type: ignore[arg-type]
+    assert plain.value == pytest.approx(demand(NOW - 4.5), rel=0.01)  # the 10 s window's mean
+    assert ahead.value == pytest.approx(plain.value + 0.1 * 120, rel=0.02)
+    assert ahead.decided == "ahead 120 s"
+    unknown = answer(ahead_md, [], now=NOW, gpu_pods=pods, engines=series)  # type: ignore[arg-type]
+    assert unknown.value == pytest.approx(plain.value)
+
+
+def test_a_scale_down_does_not_read_as_a_rise() -> None:
+    """Ten pods shared 40 requests/s; over the last two minutes eight were deleted, one every 15 s, so the two
+    left carry more and more of it. Their own readings alone rise 8 -> 40 over the look-back (a trend the
+    forecast would follow); with the departed pods' readings the workload's past is 40 throughout."""
+    gone_at = {f"old-{i}": NOW - 120 + 15 * i for i in range(8)}
+
+    def pods_at(t: float) -> int:
+        return 2 + sum(1 for g in gone_at.values() if t < g)
+
+    left = [engine(p, lambda t: 40.0 / pods_at(t)) for p in ("a", "b")]
+    gone = []
+    for name, at in gone_at.items():
+        e = engine(name, lambda t: 40.0 / pods_at(t))
+        gone.append(EngineSeries(name, [s for s in e.samples if s.timestamp < at], departed=True))
+    pods = [GpuPod("a", "n", ready=True), GpuPod("b", "n", ready=True)]
+    md = rate_md(scaleAhead="auto")
+    fooled = answer(md, [], now=NOW, gpu_pods=pods, engines=left, cold_start=120.0)  # type: ignore[arg-type]
+    assert fooled.decided.startswith("ahead") and fooled.value > 40.0
+    right = answer(md, [], now=NOW, gpu_pods=pods, engines=[*left, *gone], cold_start=120.0)  # type: ignore[arg-type]
+    assert right.value == pytest.approx(40.0) and right.decided == ""
+
+
+# ----- the guards -------------------------------------------------------------------------------------------
+def test_the_n_minus_1_guard() -> None:
+    """5 replicas; demand rose from 12 to 19 requests/s within the 10 s window: its mean (about 15.5) says
+    ceil(15.5 / 4) = 4, but 4 replicas at the target carry 16, not the 19 arriving now: the answer is the
+    present, 19 (the HPA keeps 5). With the demand truly lower (12 now), 3 replicas are allowed."""
+    md = rate_md()
+    pods = [GpuPod("a", "n", ready=True)]
+    rising = [engine("a", lambda t: 12.0 if t < NOW - 9 else 12.0 + (t - NOW + 9) * 7 / 9)]
+    result = answer(md, [], now=NOW, gpu_pods=pods, engines=rising, replicas=5)  # type: ignore[arg-type]
+    assert math.ceil(result.value / 4) == 5 and result.decided == "N-1 guard"
+    assert result.present == pytest.approx(19.0, rel=0.01)
+    steady = [engine("a", lambda t: 12.0)]
+    result = answer(md, [], now=NOW, gpu_pods=pods, engines=steady, replicas=5)  # type: ignore[arg-type]
+    assert math.ceil(result.value / 4) == 3 and result.decided == ""
+
+
+def test_the_guard_never_scales_up() -> None:
+    md = rate_md()
+    pods = [GpuPod("a", "n", ready=True)]
+    spike = [engine("a", lambda t: 4.0 if t < NOW else 40.0)]  # the newest second only
+    result = answer(md, [], now=NOW, gpu_pods=pods, engines=spike, replicas=2)  # type: ignore[arg-type]
+    assert math.ceil(result.value / 4) <= 2
+
+
+def test_the_kv_cache_guard_holds_a_busy_workload_with_an_empty_queue() -> None:
+    """The queue is empty (0 waiting: a queue trigger asks for the minimum), but the engines' KV cache is 90 %
+    full: with kvCacheGuard 80 the answer keeps the 6 replicas; at 50 % it lets them go."""
+    md = parse_metadata({"metric": "queue_length", "targetValue": "5", "kvCacheGuard": "80"})
+    pods = [GpuPod("a", "n", ready=True)]
+    busy = [engine("a", lambda t: 10.0, kv=90.0)]
+    result = answer(md, [], now=NOW, gpu_pods=pods, engines=busy, replicas=6)  # type: ignore[arg-type]
+    assert (result.value, result.decided) == (30.0, "KV-cache guard")
+    calm = [engine("a", lambda t: 10.0, kv=50.0)]
+    result = answer(md, [], now=NOW, gpu_pods=pods, engines=calm, replicas=6)  # type: ignore[arg-type]
+    assert result.value == 0.0

@@ -1,0 +1,93 @@
+"""Issue 20's mechanisms through the simulator (the scaler's own code deciding, fed what the agents and the
+API would give it): the demand with starting pods as coming capacity, the forecast one learned cold start
+ahead on a known ramp, and the N-1 guard."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuscale.sim import Result, parse_scenario, run_scenario
+
+SCENARIO = """
+name: mechanisms
+durationSeconds: DURATION
+workload: {capacityPerReplica: 5, provisioningSeconds: 30, loadSeconds: 90, initialReplicas: 2,
+           maxQueueSeconds: 60, requestSeconds: 4}
+demand: {shape: points, interpolation: linear, points: POINTS}
+policies:
+  - name: engine
+    hpaSyncOffsetSeconds: 4
+    pipeline: {gpuscale: {samplingIntervalSeconds: 1}}
+    scaledObject:
+      apiVersion: keda.sh/v1alpha1
+      kind: ScaledObject
+      spec:
+        scaleTargetRef: {name: vllm}
+        minReplicaCount: 1
+        maxReplicaCount: 40
+BEHAVIOR        triggers: [{type: external, metadata: {scalerAddress: s:1, metric: request_rate, targetValue: "4"}}]
+  - name: ahead
+    hpaSyncOffsetSeconds: 4
+    pipeline: {gpuscale: {samplingIntervalSeconds: 1}}
+    scaledObject:
+      apiVersion: keda.sh/v1alpha1
+      kind: ScaledObject
+      spec:
+        scaleTargetRef: {name: vllm}
+        minReplicaCount: 1
+        maxReplicaCount: 40
+BEHAVIOR        triggers: [{type: external, metadata: {scalerAddress: s:1, metric: request_rate, targetValue: "4",
+                                         scaleAhead: auto}}]
+"""
+FAST_DOWN = """        advanced:
+          horizontalPodAutoscalerConfig:
+            behavior: {scaleDown: {stabilizationWindowSeconds: 0}}
+"""
+
+
+def _run(points: str, duration: int, behavior: str = "") -> Result:
+    text = SCENARIO.replace("POINTS", points).replace("DURATION", str(duration)).replace("BEHAVIOR", behavior)
+    return run_scenario(parse_scenario(text))
+
+
+def test_on_a_known_ramp_the_forecast_asks_one_cold_start_ahead() -> None:
+    """Demand rises 0.1 requests/s every second from 6 at 300 s. The cold start, learned from the pods
+    (30 s Pending + 90 s loading), is 120 s; once the look-back holds the ramp, the `ahead` policy asks for
+    the replicas of the demand 120 s later (ceil(demand(t + 120) / 4)) and the plain one for today's."""
+    result = _run("[[0, 6], [300, 6], [900, 66]]", 900)
+    plain, ahead = result.timelines
+    demand = lambda t: 6.0 if t < 300 else 6.0 + 0.1 * (t - 300)  # noqa: E731
+    for t in (604, 694, 784):  # HPA syncs on the ramp, more than a look-back into it
+        assert plain.metric[t] <= demand(t)  # today's demand (the window's mean)
+        assert ahead.metric[t] >= demand(t + 100)  # the demand of 100-120 s later
+        assert ahead.desired[t] > plain.desired[t]
+    # and before the ramp (a steady level) both ask the same
+    assert ahead.desired[289] == plain.desired[289]
+    # capacity arrives when the demand does: over the ramp's second half the ahead policy is short of it for
+    # a few seconds (the HPA's tolerance band), the plain one for most of it
+    short_ahead = sum(1 for t in range(600, 900) if ahead.capacity[t] < demand(t))
+    short_plain = sum(1 for t in range(600, 900) if plain.capacity[t] < demand(t))
+    assert short_ahead <= 30 < 200 <= short_plain
+
+
+def test_a_burst_with_pods_loading_asks_once() -> None:
+    """6 -> 40 requests/s at 300 s: the demand reads 40 however long the queue grows while the new pods
+    load, so the replicas go 2 -> 4 -> 8 -> 10 (the legacy rate limit, then ceil(40 / 4)) and stop there."""
+    plain, _ = _run("[[0, 6], [300, 6], [301, 40]]", 900).timelines
+    ups = sorted({plain.desired[t] for t in range(300, 900)})
+    assert ups == [2, 4, 8, 10]
+
+
+def test_the_n_minus_1_guard_in_the_simulator() -> None:
+    """20 requests/s (5 replicas at 4), a 5 s dip to 8 ending 2 s before an HPA sync, then 20 again: at that
+    sync the 10 s window's mean is about 14, ceil(14 / 4) = 4, but 4 replicas at the target do not carry the
+    20 arriving now: the answer keeps 5, with the HPA's scale-down window at 0. A sync within the dip (the
+    demand truly lower) lets it go to 4: the guard holds the present demand, not the past."""
+    points = "[[0, 20], [310, 20], [311, 8], [316, 8], [317, 20], [600, 20]]"
+    plain, _ = _run(points, 600, FAST_DOWN).timelines
+    assert plain.metric[319] == pytest.approx(20.0)  # the guard: the present demand, not the window's 14
+    assert all(plain.desired[t] >= 5 for t in range(60, 600))
+    dipped, _ = _run(
+        "[[0, 20], [310, 20], [311, 8], [330, 8], [331, 20], [600, 20]]", 600, FAST_DOWN
+    ).timelines
+    assert dipped.desired[319] < 5
