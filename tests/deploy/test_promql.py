@@ -62,7 +62,8 @@ async def attributed_agent(start_agent: AgentFactory, kubelet: FakeKubelet) -> A
     return agent
 
 
-GPU = {"metric": "gpu_utilization", "target_value": "85"}  # the default profile, llm-serving, is the engine's
+# the default profile, llm-serving, is the engine's queue: no profile, GPU utilization, a target
+GPU: dict[str, Any] = {"profile": None, "metric": "gpu_utilization", "target_value": "85"}
 
 
 def _options(**kw: Any) -> ScaledObjectOptions:

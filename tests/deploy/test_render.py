@@ -65,7 +65,7 @@ def test_minimal_command_writes_a_working_manifest(mode: str, tmp_path: Path) ->
 
 
 def test_comments_explain_metric_type() -> None:
-    gpu = {"metric": "gpu_utilization", "target_value": "85"}
+    gpu: dict[str, Any] = {"profile": None, "metric": "gpu_utilization", "target_value": "85"}
     text = render_scaledobject(ScaledObjectOptions("deployment/llm", "ai", mode="prometheus", **gpu))
     assert "# metricType Value, not KEDA's default AverageValue" in text
     assert "AverageValue would compute\n# ceil(avg / 85)" in text or "ceil(avg / 85)" in text
@@ -140,6 +140,7 @@ CASES: list[tuple[dict[str, Any], str, dict[str, str]]] = [
     (
         {
             "mode": "prometheus",
+            "profile": None,
             "metric": "gpu_utilization",
             "window": "20",
             "scrape_interval": 60.0,
@@ -154,6 +155,7 @@ CASES: list[tuple[dict[str, Any], str, dict[str, str]]] = [
     (
         {
             "mode": "prometheus",
+            "profile": None,
             "metric": "gpu_utilization",
             "target_value": "85",
             "release": "gs",
@@ -167,6 +169,7 @@ CASES: list[tuple[dict[str, Any], str, dict[str, str]]] = [
     (
         {
             "mode": "prometheus",
+            "profile": None,
             "metric": "gpu_utilization",
             "target_value": "85",
             "agent_job": "",
@@ -178,6 +181,7 @@ CASES: list[tuple[dict[str, Any], str, dict[str, str]]] = [
     (
         {
             "mode": "prometheus",
+            "profile": None,
             "metric": "gpu_utilization",
             "target_value": "85",
             "vendor": "amd",
@@ -238,6 +242,8 @@ def test_hpa_and_adapter_rules_as_chart_values(tmp_path: Path, capsys: pytest.Ca
         "deployment/llm",
         "--namespace",
         "ai",
+        "--profile",
+        "",
         "--metric",
         "gpu_utilization",
         "--target-value",
@@ -267,7 +273,12 @@ def test_hpa_and_adapter_rules_as_chart_values(tmp_path: Path, capsys: pytest.Ca
     (only_hpa,) = docs(
         render_hpa(
             HpaOptions(
-                "deployment/llm", "ai", metric="gpu_utilization", target_value="85", exported_labels=True
+                "deployment/llm",
+                "ai",
+                profile=None,
+                metric="gpu_utilization",
+                target_value="85",
+                exported_labels=True,
             )
         )
     )
@@ -288,6 +299,8 @@ def test_the_whole_adapter_configmap_only_when_asked_for_by_name(
         "deployment/llm",
         "--namespace",
         "ai",
+        "--profile",
+        "",
         "--metric",
         "gpu_utilization",
         "--target-value",
@@ -356,7 +369,13 @@ BAD: list[tuple[dict[str, Any], str]] = [
         'metric "sm_active" has no Prometheus series for amd GPUs (not in its exporter); use --mode external, or one of [gpu_utilization, memory_used, memory_used_percent, memory_utilization, power, temperature]',
     ),
     (
-        {"mode": "prometheus", "scope": "node", "metric": "gpu_utilization", "target_value": "85"},
+        {
+            "mode": "prometheus",
+            "scope": "node",
+            "profile": None,
+            "metric": "gpu_utilization",
+            "target_value": "85",
+        },
         '--scope "node" needs --mode external: Prometheus has no node labels to select a pool and no single node to read',
     ),
     (
@@ -553,7 +572,7 @@ def test_engine_metrics_render_for_gpuscale_and_as_the_prometheus_trigger_users_
 
 
 def test_a_gpu_trigger_paired_with_an_engine_queue_trigger(tmp_path: Path) -> None:
-    gpu_metric = ["--metric", "gpu_utilization", "--target-value", "85"]
+    gpu_metric = ["--profile", "", "--metric", "gpu_utilization", "--target-value", "85"]
     (so,) = cli(
         "scaledobject",
         "--target",

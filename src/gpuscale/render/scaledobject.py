@@ -170,8 +170,17 @@ def _comment_metadata(md: TriggerMetadata) -> str:
     return (
         f"Trigger as the scaler reads it ({src}metric {md.metric}, {how}, "
         f"targetValue {md.target_value:g}, activationValue {md.activation_value:g}, window {md.window:g}s, "
-        f"scope {md.scope})."
+        f"scope {md.scope}{_decisions(md)})."
     )
+
+
+def _decisions(md: TriggerMetadata) -> str:
+    out = ""
+    if md.kv_cache_guard is not None:
+        out += f", kvCacheGuard {md.kv_cache_guard:g}"
+    if md.scale_ahead != "off":
+        out += f", scaleAhead {md.scale_ahead}"
+    return out
 
 
 def _external_trigger(
