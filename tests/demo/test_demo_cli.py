@@ -70,3 +70,54 @@ def test_an_out_that_cannot_be_written_is_one_line_and_exit_2(tmp_path: Path, ou
     assert run.returncode == 2, run.stdout + run.stderr
     assert run.stderr.splitlines() == [f'gpuscale: error: --out "{out}": cannot write there: {why}']
     assert run.stdout == ""  # refused before anything starts
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_demo_with_the_engine_profile_scales_on_the_mock_engines_queue(tmp_path: Path) -> None:
+    """``--profile llm-serving``: each pod runs a mock vLLM engine; the real agents discover (annotation, pod
+    IP), scrape and parse it, and the scaler's queue_length answer drives the replicas."""
+    out = tmp_path / "out"
+    run = subprocess.run(
+        [sys.executable, "-m", "gpuscale", "demo", "--profile", "llm-serving", "--duration", "30",
+         "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=140,
+        env={**os.environ, "COLUMNS": "160"},
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    (engines,) = [line for line in run.stdout.splitlines() if line.startswith("engines:")]
+    scrapes = int(engines.split("engines ", 1)[1].split(" times", 1)[0])
+    assert scrapes >= 30, engines  # gpuscale_agent_engine_scrapes_total{result="ok"}: 0.5 s rounds
+
+    with (out / "timeline.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    desired = [int(r["replicas_desired"]) for r in rows]
+    phases = [r["phase"] for r in rows]
+    queue = [float(r["queue_waiting"]) for r in rows]
+    before = desired[phases.index("burst")]
+    assert max(queue) > 5 * before  # the burst outran the Ready replicas: the engines' queue grew
+    assert max(desired) > before, desired  # and the replicas followed it
+    # The scaler's value is the queue as the agents read it: near the engines' own count (the demo samples
+    # both once a second; the agents scrape every 0.5 s and the trigger's window is 2 s).
+    read = [(float(r["scaler_value"]), q) for r, q in zip(rows, queue, strict=True) if r["scaler_value"]]
+    assert any(v > 0 for v, _ in read)
+    assert all(v <= 1.5 * max(queue) + 1 for v, _ in read)
+
+
+def test_an_engine_profile_on_the_real_control_plane_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "gpuscale", "demo", "--control-plane", "real", "--profile", "llm-serving"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert run.stderr.splitlines() == [
+        'gpuscale: error: --profile "llm-serving" scales on an engine signal (queue_length), which only the '
+        "stand-in control plane's pods serve; use --control-plane stand-in, or a GPU profile with "
+        "--control-plane real"
+    ]

@@ -113,12 +113,16 @@ def validate_all(objs: Sequence[dict[str, Any]]) -> None:
 _FIELD = re.compile(r"<<\s*\.(\w+)\s*>>")
 
 
-def expand_rule(rule: Mapping[str, Any], namespace: str, pods: Sequence[str]) -> str:
-    """The PromQL the adapter runs for the HPA's pods ``pods`` in ``namespace``."""
+def expand_rule(
+    rule: Mapping[str, Any], namespace: str, pods: Sequence[str], series: str | None = None
+) -> str:
+    """The PromQL the adapter runs for the HPA's pods ``pods`` in ``namespace``; ``series``: the name the
+    adapter's discovery found (needed where ``seriesQuery`` selects by ``__name__=~``)."""
     overrides = rule["resources"]["overrides"]
     ns_label = next(label for label, r in overrides.items() if r["resource"] == "namespace")
     pod_label = next(label for label, r in overrides.items() if r["resource"] == "pod")
-    series = rule["seriesQuery"].split("{", 1)[0]
+    series = series or rule["seriesQuery"].split("{", 1)[0]
+    assert series, "the rule's seriesQuery has no plain series name: pass the series discovery found"
     pod_matcher = f'{pod_label}="{pods[0]}"' if len(pods) == 1 else f'{pod_label}=~"{"|".join(pods)}"'
     fields = {
         "Series": series,

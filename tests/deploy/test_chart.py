@@ -80,7 +80,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "scaler": {
             "service": {"headless": False},
             "replicas": 3,
-            "profiles": {"my-llm": {"extends": "llm-serving", "targetValue": 75}},
+            "profiles": {"my-llm": {"extends": "llm-serving", "targetValue": 8}},
         },
         "agent": {"extraResourceNames": ["nvidia.com/gpu.shared"], "runAsUser": 65532},
     },
@@ -276,7 +276,7 @@ def test_profiles_configmap_is_what_the_scaler_reads(rendered: dict[str, dict[st
     custom = parse_profiles(
         yaml.safe_load(find(objects(rendered["clusterip-custom"]), "ConfigMap")["data"]["profiles.yaml"])
     )
-    assert custom["my-llm"].target_value == 75 and custom["my-llm"].metric == "gpu_utilization"
+    assert custom["my-llm"].target_value == 8 and custom["my-llm"].metric == "queue_length"
 
 
 def test_tls(rendered: dict[str, dict[str, str]]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -61,10 +62,14 @@ async def attributed_agent(start_agent: AgentFactory, kubelet: FakeKubelet) -> A
     return agent
 
 
+# the default profile, llm-serving, is the engine's queue: no profile, GPU utilization, a target
+GPU: dict[str, Any] = {"profile": None, "metric": "gpu_utilization", "target_value": "85"}
+
+
 def _options(**kw: Any) -> ScaledObjectOptions:
     # this test's Prometheus scrapes every second: a 5 s window keeps its 5 s range
     return ScaledObjectOptions(
-        "deployment/llm", "ai", mode="prometheus", window="5", scrape_interval=1.0, **kw
+        "deployment/llm", "ai", mode="prometheus", window="5", scrape_interval=1.0, **{**GPU, **kw}
     )
 
 
@@ -79,7 +84,7 @@ async def test_rendered_queries(start_agent: AgentFactory, kubelet: FakeKubelet,
             assert one_value(prom, query_of(_options(aggregation="p50"))) == pytest.approx(50.0)
             # StatefulSet llm-embed: its pod llm-embed-0 only.
             sts = ScaledObjectOptions(
-                "statefulset/llm-embed", "ai", mode="prometheus", window="5", scrape_interval=1.0
+                "statefulset/llm-embed", "ai", mode="prometheus", window="5", scrape_interval=1.0, **GPU
             )
             assert one_value(prom, query_of(sts)) == pytest.approx(90.0)
             # Memory: the rendered bytes query against the raw MiB series of the same GPUs.
@@ -98,7 +103,9 @@ async def test_rendered_queries(start_agent: AgentFactory, kubelet: FakeKubelet,
             assert one_value(prom, sm) == pytest.approx(0.8 * 50.0)
 
             # The adapter rule, expanded for the HPA's pods: one value per pod, the avg over each pod's GPUs.
-            values = adapter_values(HpaOptions("deployment/llm", "ai", window="5", scrape_interval=1.0))[1]
+            values = adapter_values(
+                HpaOptions("deployment/llm", "ai", window="5", scrape_interval=1.0, **GPU)
+            )[1]
             (rule,) = values["rules"]["custom"]
             assert prom.query(rule["seriesQuery"])  # the adapter's discovery finds the series
             q = expand_rule(rule, "ai", [POD_A, POD_B])
@@ -214,7 +221,9 @@ async def test_exported_labels(start_agent: AgentFactory, kubelet: FakeKubelet, 
             # The plain query finds nothing: pod/namespace are now the agent's own pod.
             assert prom.query(query_of(_options())) == []
             assert one_value(prom, query_of(_options(exported_labels=True))) == pytest.approx(50.0)
-            values = adapter_values(HpaOptions("deployment/llm", "ai", window="5", exported_labels=True))[1]
+            values = adapter_values(
+                HpaOptions("deployment/llm", "ai", window="5", exported_labels=True, **GPU)
+            )[1]
             (rule,) = values["rules"]["custom"]
             q = expand_rule(rule, "ai", [POD_A, POD_B])
             assert per_pod(prom, q, "exported_pod") == {
@@ -251,9 +260,9 @@ async def test_beside_dcgm_exporter_the_queries_and_the_dashboard_read_the_agent
             assert one_value(prom, query_of(_options())) == pytest.approx(50.0)  # not the 99s
             unpinned = one_value(prom, query_of(_options(agent_job="")))
             assert unpinned == pytest.approx((30 + 50 + 70 + 3 * 99) / 6)  # what pinning prevents
-            (rule,) = adapter_values(HpaOptions("deployment/llm", "ai", window="5", scrape_interval=1.0))[1][
-                "rules"
-            ]["custom"]
+            (rule,) = adapter_values(
+                HpaOptions("deployment/llm", "ai", window="5", scrape_interval=1.0, **GPU)
+            )[1]["rules"]["custom"]
             q = expand_rule(rule, "ai", [POD_A, POD_B])
             assert per_pod(prom, q, "pod") == {POD_A: pytest.approx(30.0), POD_B: pytest.approx(60.0)}
             variables = {
@@ -273,3 +282,75 @@ async def test_beside_dcgm_exporter_the_queries_and_the_dashboard_read_the_agent
             assert {r["metric"]["job"] for r in prom.query(expr)} == {"gpuscale-agent"}
 
     await asyncio.to_thread(check)
+
+
+async def test_engine_queries_read_the_engines_queue(tmp_path: Path) -> None:
+    """What ``render`` writes for the default profile (llm-serving: the engine's waiting requests), run by a
+    real Prometheus scraping two mock vLLM engines as a PodMonitor does (the pods' own namespace and pod as
+    target labels): the KEDA ``prometheus`` trigger's query returns one series, the total of the engines'
+    ``vllm:num_requests_waiting``; the adapter rule, one value per pod, whose sum over the target is what
+    the HPA divides."""
+    from gpuscale.backends.mock_engine import MockEngine, MockEngineConfig, start_mock_engine
+
+    clock = [1000.0]
+    engines = {
+        POD_A: MockEngine(MockEngineConfig(models=("a", "b")), lambda t: 20.0, clock=lambda: clock[0]),
+        POD_B: MockEngine(MockEngineConfig(), lambda t: 12.0, clock=lambda: clock[0]),
+    }
+    clock[0] += 10.0  # 10 s of demand over capacity (8 requests/s a model), then the clock stands still
+    servers = {pod: await start_mock_engine(engine) for pod, engine in engines.items()}
+    waiting: dict[str, float] = {}
+    for pod, engine in engines.items():
+        body = engine.exposition()[0].decode()
+        waiting[pod] = sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in body.splitlines()
+            if line.startswith("vllm:num_requests_waiting{")
+        )
+    assert waiting[POD_A] > 0 and waiting[POD_B] > 0
+    jobs = [
+        {
+            "job_name": "vllm",
+            "static_configs": [
+                {"targets": [f"127.0.0.1:{servers[pod].port}"], "labels": {"namespace": "ai", "pod": pod}}
+                for pod in servers
+            ],
+        }
+    ]
+
+    def check() -> None:
+        with run_prometheus(tmp_path, [], scrape_configs=jobs) as prom:
+            prom.wait_for(
+                '{__name__=~"vllm[:_]num_requests_waiting"}', min_series=3, timeout=40
+            )  # A: 2 models
+            so = scaledobject_documents(ScaledObjectOptions("deployment/llm", "ai", mode="prometheus"))[-1][1]
+            (trigger,) = so["spec"]["triggers"]
+            assert trigger["metricType"] == "AverageValue" and trigger["metadata"]["threshold"] == "5"
+            assert one_value(prom, trigger["metadata"]["query"]) == waiting[POD_A] + waiting[POD_B]
+            (rule,) = adapter_values(HpaOptions("deployment/llm", "ai", scrape_interval=1.0))[1]["rules"][
+                "custom"
+            ]
+            assert rule["name"]["as"] == "gpuscale_queue_length"
+            # Prometheus 2.x stores the engines' samples as vllm_num_requests_waiting (client_python#1177)
+            found = {r["metric"]["__name__"] for r in prom.query(rule["seriesQuery"])}
+            assert found == {"vllm_num_requests_waiting"}  # the adapter's discovery finds the series
+            assert re.fullmatch(rule["name"]["matches"].strip("^$"), "vllm_num_requests_waiting")
+            q = expand_rule(rule, "ai", [POD_A, POD_B], series=found.pop())
+            assert per_pod(prom, q, "pod") == waiting
+            for metric, target in (("requests_in_flight", "8"), ("kv_cache_usage", "80")):
+                options = ScaledObjectOptions(
+                    "deployment/llm", "ai", mode="prometheus", metric=metric, target_value=target
+                )
+                assert one_value(prom, query_of(options)) > 0
+                (rule,) = adapter_values(
+                    HpaOptions("deployment/llm", "ai", metric=metric, target_value=target)
+                )[1]["rules"]["custom"]
+                (series,) = {r["metric"]["__name__"] for r in prom.query(rule["seriesQuery"])}
+                q = expand_rule(rule, "ai", [POD_A, POD_B], series=series)
+                assert set(per_pod(prom, q, "pod")) == {POD_A, POD_B}
+
+    try:
+        await asyncio.to_thread(check)
+    finally:
+        for server in servers.values():
+            await server.close()

@@ -46,14 +46,14 @@ def test_minimal_command_writes_a_working_manifest(mode: str, tmp_path: Path) ->
     }
     (trigger,) = so["spec"]["triggers"]
     assert trigger["type"] == mode
-    if mode == "prometheus":
-        assert trigger["metricType"] == "Value"
+    assert trigger["name"] == "engine"  # the default profile, llm-serving, scales on the engine's queue
+    if mode == "prometheus":  # vLLM's own waiting requests, summed over the workload's pods
+        assert trigger["metricType"] == "AverageValue"
         assert trigger["metadata"] == {
             "serverAddress": "http://prometheus-operated.monitoring.svc:9090",
-            "query": 'avg(avg_over_time(DCGM_FI_DEV_GPU_UTIL{job="gpuscale-agent",namespace="ai",'
-            'pod=~"llm-[a-z0-9]+-[a-z0-9]{5}"}[30s]))',
-            "threshold": "85",
-            "activationThreshold": "5",
+            "query": 'sum({__name__=~"vllm[:_]num_requests_waiting",namespace="ai",pod=~"llm-[a-z0-9]+-[a-z0-9]{5}"})',
+            "threshold": "5",
+            "activationThreshold": "0",
             "ignoreNullValues": "false",
         }
     else:
@@ -65,17 +65,25 @@ def test_minimal_command_writes_a_working_manifest(mode: str, tmp_path: Path) ->
 
 
 def test_comments_explain_metric_type() -> None:
-    text = render_scaledobject(ScaledObjectOptions("deployment/llm", "ai", mode="prometheus"))
+    gpu: dict[str, Any] = {"profile": None, "metric": "gpu_utilization", "target_value": "85"}
+    text = render_scaledobject(ScaledObjectOptions("deployment/llm", "ai", mode="prometheus", **gpu))
     assert "# metricType Value, not KEDA's default AverageValue" in text
     assert "AverageValue would compute\n# ceil(avg / 85)" in text or "ceil(avg / 85)" in text
-    ext = render_scaledobject(ScaledObjectOptions("deployment/llm", "ai"))
+    ext = render_scaledobject(ScaledObjectOptions("deployment/llm", "ai", **gpu))
     assert "times the pods with GPU samples" in ext
+    engine = " ".join(render_scaledobject(ScaledObjectOptions("deployment/llm", "ai")).split())
+    assert (
+        "# metricType AverageValue: the scaler reports queue_length, summed over the workload's pods"
+        in engine
+    )
+    assert "ceil(total / 5), 5 per replica" in engine
+    assert "gpuscale.io/metrics-port" in engine
 
 
 CASES: list[tuple[dict[str, Any], str, dict[str, str]]] = [
     # (options, metricType, expected metadata subset)
     (
-        {"mode": "external", "scope": "node"},
+        {"mode": "external", "scope": "node", "profile": "batch-inference"},
         "Value",
         {"scalerAddress": "gpuscale-agent.gpuscale.svc:6000", "scope": "node"},
     ),
@@ -130,7 +138,14 @@ CASES: list[tuple[dict[str, Any], str, dict[str, str]]] = [
         },
     ),
     (
-        {"mode": "prometheus", "window": "30", "scrape_interval": 60.0, "target_value": "70.25"},
+        {
+            "mode": "prometheus",
+            "profile": None,
+            "metric": "gpu_utilization",
+            "window": "20",
+            "scrape_interval": 60.0,
+            "target_value": "70.25",
+        },
         "Value",
         {
             "query": 'avg(avg_over_time(DCGM_FI_DEV_GPU_UTIL{job="gpuscale-agent",namespace="ai",pod=~"llm-[a-z0-9]+-[a-z0-9]{5}"}[120s]))',
@@ -138,19 +153,41 @@ CASES: list[tuple[dict[str, Any], str, dict[str, str]]] = [
         },
     ),
     (
-        {"mode": "prometheus", "release": "gs", "window": "0"},  # the job of release gs's agents
+        {
+            "mode": "prometheus",
+            "profile": None,
+            "metric": "gpu_utilization",
+            "target_value": "85",
+            "release": "gs",
+            "window": "0",
+        },  # the job of release gs's agents
         "Value",
         {
             "query": 'avg(DCGM_FI_DEV_GPU_UTIL{job="gs-agent",namespace="ai",pod=~"llm-[a-z0-9]+-[a-z0-9]{5}"})'
         },
     ),
     (
-        {"mode": "prometheus", "agent_job": "", "window": "0"},  # not pinned
+        {
+            "mode": "prometheus",
+            "profile": None,
+            "metric": "gpu_utilization",
+            "target_value": "85",
+            "agent_job": "",
+            "window": "0",
+        },
         "Value",
         {"query": 'avg(DCGM_FI_DEV_GPU_UTIL{namespace="ai",pod=~"llm-[a-z0-9]+-[a-z0-9]{5}"})'},
     ),
     (
-        {"mode": "prometheus", "vendor": "amd", "window": "0", "pod_regex": "llm-.*"},
+        {
+            "mode": "prometheus",
+            "profile": None,
+            "metric": "gpu_utilization",
+            "target_value": "85",
+            "vendor": "amd",
+            "window": "0",
+            "pod_regex": "llm-.*",
+        },
         "Value",
         {"query": 'avg(gpu_gfx_activity{job="gpuscale-agent",namespace="ai",pod=~"llm-.*"})'},
     ),
@@ -205,6 +242,12 @@ def test_hpa_and_adapter_rules_as_chart_values(tmp_path: Path, capsys: pytest.Ca
         "deployment/llm",
         "--namespace",
         "ai",
+        "--profile",
+        "",
+        "--metric",
+        "gpu_utilization",
+        "--target-value",
+        "85",
         tmp_path=tmp_path,
     )
     validate_all([hpa])
@@ -227,7 +270,18 @@ def test_hpa_and_adapter_rules_as_chart_values(tmp_path: Path, capsys: pytest.Ca
         "prometheus-community/prometheus-adapter chart (rules.custom): merge them into the adapter's release "
         "(see the file's comment); --adapter-configmap NAME writes the whole ConfigMap instead\n"
     )
-    (only_hpa,) = docs(render_hpa(HpaOptions("deployment/llm", "ai", exported_labels=True)))
+    (only_hpa,) = docs(
+        render_hpa(
+            HpaOptions(
+                "deployment/llm",
+                "ai",
+                profile=None,
+                metric="gpu_utilization",
+                target_value="85",
+                exported_labels=True,
+            )
+        )
+    )
     validate_all([only_hpa])
 
 
@@ -245,6 +299,12 @@ def test_the_whole_adapter_configmap_only_when_asked_for_by_name(
         "deployment/llm",
         "--namespace",
         "ai",
+        "--profile",
+        "",
+        "--metric",
+        "gpu_utilization",
+        "--target-value",
+        "85",
         tmp_path=tmp_path,
     )
     validate_all([hpa, cm])
@@ -309,7 +369,13 @@ BAD: list[tuple[dict[str, Any], str]] = [
         'metric "sm_active" has no Prometheus series for amd GPUs (not in its exporter); use --mode external, or one of [gpu_utilization, memory_used, memory_used_percent, memory_utilization, power, temperature]',
     ),
     (
-        {"mode": "prometheus", "scope": "node"},
+        {
+            "mode": "prometheus",
+            "scope": "node",
+            "profile": None,
+            "metric": "gpu_utilization",
+            "target_value": "85",
+        },
         '--scope "node" needs --mode external: Prometheus has no node labels to select a pool and no single node to read',
     ),
     (
@@ -319,6 +385,11 @@ BAD: list[tuple[dict[str, Any], str]] = [
     (
         {"mode": "prometheus", "pod_regex": "llm-(.*"},
         '--pod-regex "llm-(.*" is not a valid regular expression: missing ), unterminated subpattern at position 4',
+    ),
+    (
+        {"mode": "prometheus", "exported_labels": True},
+        "--exported-labels is for the agent's GPU series; metric \"queue_length\" is read from the engine pods' "
+        "own series, whose namespace and pod are the scrape target's labels",
     ),
 ]
 
@@ -434,20 +505,28 @@ def test_bad_fallback_options(options: dict[str, Any], message: str) -> None:
 @pytest.mark.parametrize(
     ("metric", "metric_type", "query"),
     [
-        ("queue_length", "AverageValue", 'sum(vllm:num_requests_waiting{namespace="ai",pod=~"llm-'),
-        ("requests_in_flight", "AverageValue", ") + sum(vllm:num_requests_running{"),
-        ("generation_tokens_per_second", "AverageValue", "sum(rate(vllm:generation_tokens_total{"),
-        ("request_rate", "AverageValue", "sum(rate(vllm:request_success_total{"),
-        ("kv_cache_usage", "Value", "100 * avg(vllm:kv_cache_usage_perc{"),
+        (
+            "queue_length",
+            "AverageValue",
+            'sum({__name__=~"vllm[:_]num_requests_waiting",namespace="ai",pod=~"llm-',
+        ),
+        ("requests_in_flight", "AverageValue", ') + sum({__name__=~"vllm[:_]num_requests_running",'),
+        (
+            "generation_tokens_per_second",
+            "AverageValue",
+            'sum(rate({__name__=~"vllm[:_]generation_tokens_total",',
+        ),
+        ("kv_cache_usage", "Value", '100 * avg({__name__=~"vllm[:_]kv_cache_usage_perc",'),
+        ("request_rate", "AverageValue", 'sum(rate({__name__=~"vllm[:_]request_success_total",'),
         (
             "ttft_p95",
             "Value",
-            "histogram_quantile(0.95, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{",
+            'histogram_quantile(0.95, sum by (le) (rate({__name__=~"vllm[:_]time_to_first_token_seconds_bucket",',
         ),
         (
             "itl_p95",
             "Value",
-            "histogram_quantile(0.95, sum by (le) (rate(vllm:inter_token_latency_seconds_bucket{",
+            'histogram_quantile(0.95, sum by (le) (rate({__name__=~"vllm[:_]inter_token_latency_seconds_bucket",',
         ),
     ],
 )
@@ -494,6 +573,7 @@ def test_engine_metrics_render_for_gpuscale_and_as_the_prometheus_trigger_users_
 
 
 def test_a_gpu_trigger_paired_with_an_engine_queue_trigger(tmp_path: Path) -> None:
+    gpu_metric = ["--profile", "", "--metric", "gpu_utilization", "--target-value", "85"]
     (so,) = cli(
         "scaledobject",
         "--target",
@@ -502,6 +582,7 @@ def test_a_gpu_trigger_paired_with_an_engine_queue_trigger(tmp_path: Path) -> No
         "ai",
         "--queue-target",
         "4",
+        *gpu_metric,
         tmp_path=tmp_path,
     )
     validate_all([so])
@@ -510,12 +591,17 @@ def test_a_gpu_trigger_paired_with_an_engine_queue_trigger(tmp_path: Path) -> No
     assert queue["metadata"]["metric"] == "queue_length" and queue["metadata"]["targetValue"] == "4"
     for argv, message in (
         (
-            ["--mode", "prometheus"],
+            ["--mode", "prometheus", *gpu_metric],
             "--queue-target needs --mode external or external-push and scope workload",
         ),
         (
             ["--metric", "queue_length", "--target-value", "4"],
-            '--queue-target goes with a GPU metric; --metric is already "queue_length"',
+            '--queue-target goes with a GPU metric; --metric is "queue_length" already',
+        ),
+        (
+            [],  # the default profile, llm-serving, is the queue already
+            '--queue-target goes with a GPU metric; profile "llm-serving" sets metric "queue_length" already '
+            "(pick a GPU metric with --metric or --profile)",
         ),
     ):
         with pytest.raises(UsageError, match=re.escape(message)):
@@ -539,5 +625,6 @@ def test_a_gpu_trigger_paired_with_an_engine_queue_trigger(tmp_path: Path) -> No
             "ai",
             "--queue-target",
             "-1",
+            *gpu_metric,
             tmp_path=tmp_path,
         )

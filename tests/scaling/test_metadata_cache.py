@@ -48,7 +48,7 @@ def test_large_metadata_is_not_kept() -> None:
 def test_profile_set_is_part_of_the_key() -> None:
     cache = MetadataCache()
     custom = ProfileSet.builtin().with_profiles([Profile("llm-serving", target_value=50.0, window=1.0)])
-    assert cache.parse({"profile": "llm-serving"}).target_value == 85.0
+    assert cache.parse({"profile": "llm-serving"}).target_value == 5.0
     assert cache.parse({"profile": "llm-serving"}, custom).target_value == 50.0
     assert MetadataCache(custom).parse({"profile": "llm-serving"}).target_value == 50.0
 

@@ -60,19 +60,19 @@ profiles:
     window: 20
   mem:
     extends: my-llm
-    metric: memory_used
-    targetValue: 40Gi
+    metric: requests_in_flight
+    targetValue: 40
 """,
         encoding="utf-8",
     )
     profiles = load_profiles(path)
     assert profiles["my-llm"].target_value == 75.0
-    assert profiles["my-llm"].window == 30.0  # from the built-in llm-serving, defined before the override
+    assert profiles["my-llm"].window == 10.0  # from the built-in llm-serving, defined before the override
     assert profiles["my-llm"].description == "our vLLM fleet"
     replaced = profiles["llm-serving"]
     assert (replaced.metric, replaced.aggregation, replaced.target_value) == ("power_percent", "max", 70.0)
     assert replaced.activation_value is None  # replaced whole, not merged
-    assert profiles["mem"].target_value == 40 * 2**30
+    assert profiles["mem"].target_value == 40.0 and profiles["mem"].kv_cache_guard == 80.0  # inherited
     assert "power-capped" in profiles
     assert parse_metadata({"profile": "my-llm"}, profiles).target_value == 75.0
 

@@ -58,11 +58,27 @@ def md(**fields: Any) -> TriggerMetadata:
         ),
         (
             {"profile": "llm-serving"},
-            md(target_value=85.0, activation_value=5.0, window=30.0, stale_after=45.0, profile="llm-serving"),
+            md(
+                metric="queue_length",
+                target_value=5.0,
+                window=10.0,
+                stale_after=20.0,
+                profile="llm-serving",
+                kv_cache_guard=80.0,
+                scale_ahead="auto",
+            ),
         ),
         (
-            {"profile": "llm-serving", "targetValue": "75", "window": "5"},
-            md(target_value=75.0, activation_value=5.0, window=5.0, stale_after=45.0, profile="llm-serving"),
+            {"profile": "llm-serving", "targetValue": "8", "window": "5"},
+            md(
+                metric="queue_length",
+                target_value=8.0,
+                window=5.0,
+                stale_after=20.0,
+                profile="llm-serving",
+                kv_cache_guard=80.0,
+                scale_ahead="auto",
+            ),
         ),
         (  # same metric as the profile: its thresholds still apply
             {"profile": "online-inference", "metric": "gpu_utilization"},
@@ -74,9 +90,9 @@ def md(**fields: Any) -> TriggerMetadata:
                 profile="online-inference",
             ),
         ),
-        (  # another metric: the profile's thresholds (in its unit) do not
+        (  # another metric: the profile's thresholds (in its unit), guard and scale-ahead do not
             {"profile": "llm-serving", "metric": "power", "targetValue": "500"},
-            md(metric="power", target_value=500.0, window=30.0, stale_after=45.0, profile="llm-serving"),
+            md(metric="power", target_value=500.0, window=10.0, stale_after=20.0, profile="llm-serving"),
         ),
         (
             {"metric": "memory_used", "targetValue": "40Gi", "activationValue": "1G"},

@@ -187,13 +187,13 @@ def _gpuscale_policy(metadata: str) -> str:
 
 def test_a_profile_sets_what_the_scaler_would_and_given_keys_win() -> None:
     scenario = parse_scenario(
-        HEAD + _gpuscale_policy('{scalerAddress: a, profile: llm-serving, activationValue: "7"}'),
+        HEAD + _gpuscale_policy('{scalerAddress: a, profile: batch-inference, activationValue: "7"}'),
         profiles=_profiles(),
     )
     (trigger,) = scenario.policies[0].scaled_object.triggers  # type: ignore[union-attr]
-    # llm-serving: gpu_utilization, avg, targetValue 85, activationValue 5 (7 given), window 30
+    # batch-inference: gpu_utilization, avg, targetValue 90, activationValue 0 (7 given), window 60
     assert trigger.metadata is not None
-    assert (trigger.target, trigger.activation, trigger.metadata.window) == (85.0, 7.0, 30)
+    assert (trigger.target, trigger.activation, trigger.metadata.window) == (90.0, 7.0, 60)
     assert trigger.signal == "avg(gpu_utilization)"
 
 

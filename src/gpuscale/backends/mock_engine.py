@@ -432,8 +432,11 @@ class MockEngineServer:
         await self.runner.cleanup()
 
 
-async def start_mock_engine(engine: MockEngine, host: str = "127.0.0.1", port: int = 0) -> MockEngineServer:
-    """Serve ``engine`` on ``host:port`` (0: a free port) with aiohttp: ``GET /metrics``, ``GET /health``."""
+async def start_mock_engine(
+    engine: MockEngine, host: str = "127.0.0.1", port: int = 0, *, sock: socket.socket | None = None
+) -> MockEngineServer:
+    """Serve ``engine`` on ``host:port`` (0: a free port) with aiohttp: ``GET /metrics``, ``GET /health``;
+    ``sock``: a listening socket to serve on instead (bound earlier, so its port is known before)."""
     app = web.Application()
     server: MockEngineServer | None = None
 
@@ -448,9 +451,11 @@ async def start_mock_engine(engine: MockEngine, host: str = "127.0.0.1", port: i
 
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/health", health)
-    sock = socket.create_server((host, port))
+    if sock is None:
+        sock = socket.create_server((host, port))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.SockSite(runner, sock).start()
-    server = MockEngineServer(engine, runner, host, sock.getsockname()[1])
+    host, port = sock.getsockname()[:2]
+    server = MockEngineServer(engine, runner, host, port)
     return server

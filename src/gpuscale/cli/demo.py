@@ -11,7 +11,8 @@ from pathlib import Path
 from .. import plotting
 from ..demo import PATTERNS, DemoError, DemoSettings, run_demo
 from ..errors import UsageError
-from ..scaling.profiles import BUILTIN_PROFILES
+from ..scaling.keys import ENGINE_METRICS
+from ..scaling.profiles import BUILTIN_PROFILES, ProfileSet
 
 __all__ = ["register"]
 
@@ -82,6 +83,13 @@ def run(args: argparse.Namespace) -> int:
     if not args.duration >= 15:
         raise UsageError(f'--duration "{args.duration:g}" must be at least 15 seconds')
     if args.control_plane == "real":
+        metric = ProfileSet.builtin()[args.profile].metric
+        if metric in ENGINE_METRICS:
+            raise UsageError(
+                f'--profile "{args.profile}" scales on an engine signal ({metric}), which only the stand-in '
+                "control plane's pods serve; use --control-plane stand-in, or a GPU profile with "
+                "--control-plane real"
+            )
         return _run_real(args)
     live = sys.stdout.isatty() if args.live is None else args.live
     if live:  # log lines would tear the live view; warnings still show
@@ -111,6 +119,12 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"{how}: replicas {rows[0].desired} → peak {peak} → {end}; "
             f"{100 * unserved / total:.1f}% of the demand unserved"
+        )
+    if result.engine_scrapes_ok is not None:
+        peak_queue = max((r.queue for r in rows if r.queue == r.queue), default=0.0)
+        print(
+            f"engines:  the agents read the pods' mock vLLM engines {result.engine_scrapes_ok} times "
+            f'(gpuscale_agent_engine_scrapes_total{{result="ok"}}); at most {peak_queue:.0f} requests waiting'
         )
     print(f"timeline: {result.timeline}")
     print(f"plot:     {result.plot}" if result.plot is not None else f"plot:     none ({plotting.MISSING})")

@@ -5,12 +5,16 @@ deployment controller, scheduler and kubelet would do for one Deployment.
 ``/scale`` (by the demo's HPA/KEDA controller, over HTTP) sets the wanted replicas; ``tick`` then creates or
 deletes pods ``llm-<n>``, each scheduled on a free GPU, moves them Pending → Running (loading) → Ready, keeps
 the API pods, the kubelets' GPU assignments and a ``/proc/<pid>/cgroup`` per pod (so agents attribute
-per-container figures) in step, and writes every node's mock demand file from the demand now.
+per-container figures) in step, and writes every node's mock demand file from the demand now. With
+``engines`` each pod also runs a mock vLLM engine on a loopback port (``engines.DemoEngines``), announced by
+its ``gpuscale.io/metrics-port`` annotation, with IP ``127.0.0.1`` once its container starts, fed by the
+demand the router sends it.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 import time
@@ -22,6 +26,7 @@ from typing import Any
 
 from ..backends.mock import MockBackend, MockConfig, find_model
 from .apiserver import LocalApiServer, Obj, make_pod, write_kubeconfig
+from .engines import ANNOTATION, DemoEngines
 from .kubelet import LocalKubelet, pod_resources
 from .placement import (
     DemoGpu,
@@ -80,6 +85,7 @@ class DemoCluster:
         loading_s: float,
         initial_replicas: int,
         scaled_object_triggers: Sequence[Obj] = (),
+        engines: bool = False,
     ) -> None:
         self.workdir = workdir
         self.capacity_per_replica = capacity_per_replica
@@ -110,6 +116,11 @@ class DemoCluster:
         # Unix seconds of the demo's time 0: the pods' creation and Ready times are written as the API would
         # (from which the scaler learns the cold start, pending_s + loading_s)
         self.epoch = time.time()
+        self.engines = DemoEngines(capacity_per_replica) if engines else None
+        self._annotations: dict[str, dict[str, str]] = {}
+        # With engines the pods ask for their GPU (resources.limits), as a vLLM Deployment does: the scaler
+        # reads engine metrics of the pods that want a GPU.
+        self._limits = {GPU_RESOURCE: "1"} if engines else None
 
     # ----- lifecycle
     async def start(self) -> None:
@@ -133,6 +144,8 @@ class DemoCluster:
         self.tick(0.0, 0.0)
 
     async def stop(self) -> None:
+        if self.engines is not None:
+            await self.engines.close()
         for node in self.nodes:
             await node.kubelet.stop()
         await self.api.stop()
@@ -160,6 +173,10 @@ class DemoCluster:
             ready_at=now + self.pending_s + self.loading_s,
         )
         self.pods.append(pod)
+        annotations: dict[str, str] = {}
+        if self.engines is not None:
+            annotations[ANNOTATION] = str(self.engines.create(pod.name))
+        self._annotations[pod.name] = annotations
         api_pod = make_pod(
             NAMESPACE,
             pod.name,
@@ -168,6 +185,8 @@ class DemoCluster:
             labels=LABELS,
             phase="Pending",
             created_at=self.epoch + pod.created_at,
+            annotations=annotations,
+            limits=self._limits,
         )
         self.api.add_pod(api_pod)
         self._phases[pod.name] = "Pending"
@@ -179,6 +198,9 @@ class DemoCluster:
         kubelet = self._node(pod.gpu.node).kubelet
         kubelet.pods = [p for p in kubelet.pods if p.name != pod.name]
         self._phases.pop(pod.name, None)
+        self._annotations.pop(pod.name, None)
+        if self.engines is not None:
+            self.engines.remove(pod.name)
         cgroup = self.proc_root / str(pod.pid)
         (cgroup / "cgroup").unlink(missing_ok=True)
         if cgroup.exists():
@@ -200,6 +222,8 @@ class DemoCluster:
             proc = self.proc_root / str(pod.pid)
             proc.mkdir(exist_ok=True)
             (proc / "cgroup").write_text(f"0::/kubepods/besteffort/pod{pod.uid}/{pod.container_id}\n")
+            if self.engines is not None:
+                self.engines.start(pod.name)
         ready = phase == "Ready"
         fresh = make_pod(
             NAMESPACE,
@@ -212,6 +236,9 @@ class DemoCluster:
             ready=ready,
             created_at=self.epoch + pod.created_at,
             ready_at=self.epoch + pod.ready_at if ready else None,
+            annotations=self._annotations.get(pod.name),
+            ip="127.0.0.1" if self.engines is not None else None,
+            limits=self._limits,
         )
 
         def update(obj: dict[str, Any]) -> None:
@@ -238,6 +265,8 @@ class DemoCluster:
         if deployment.get("status") != {"replicas": len(self.pods), "readyReplicas": ready}:
             self.api.update_object("apps/v1", "deployments", NAMESPACE, WORKLOAD, status)
         self.utilization = spread_demand(demand, self.pods, now, self.capacity_per_replica)
+        if self.engines is not None:
+            self.engines.route(demand, {p.name: p.phase(now) == "Ready" for p in self.pods})
         for node_name, doc in demand_documents(self.gpus, self.pods, self.utilization).items():
             text = json.dumps(doc, sort_keys=True)
             if self._documents.get(node_name) != text:
@@ -245,6 +274,10 @@ class DemoCluster:
                 self._documents[node_name] = text
 
     # ----- what the view and the timeline read
+    def queue(self) -> float:
+        """Requests waiting in the pods' engines now (NaN without engines)."""
+        return self.engines.waiting() if self.engines is not None else math.nan
+
     def ready_count(self, now: float) -> int:
         return sum(1 for p in self.pods if p.phase(now) == "Ready")
 

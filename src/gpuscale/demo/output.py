@@ -2,7 +2,8 @@
 
 The PNG has the simulator's look (``gpuscale.sim.plot``): demand against Ready capacity on top, replicas at
 the bottom (solid desired, dotted Ready, dashed the scaler's value over its target, shaded while IsActive),
-and a heat map of every GPU's utilization in between. matplotlib (Agg)
+and a heat map of every GPU's utilization in between; with the pods' engines, the requests waiting in
+them on the top panel's right axis. matplotlib (Agg)
 is imported only when the PNG is written.
 """
 
@@ -20,7 +21,8 @@ __all__ = ["Row", "plot_timeline", "write_timeline"]
 @dataclass(frozen=True)
 class Row:
     """The demo at one second. ``value`` is the scaler's last ``GetMetrics`` answer (NaN before any);
-    ``gpu_util`` follows the GPU labels given to the writers."""
+    ``gpu_util`` follows the GPU labels given to the writers; ``queue``: the requests waiting in the pods'
+    engines (NaN when the pods run none)."""
 
     t: float
     phase: str
@@ -34,6 +36,7 @@ class Row:
     active: bool | None
     stream_active: bool | None
     gpu_util: tuple[float, ...]
+    queue: float = math.nan
 
     @property
     def served(self) -> float:
@@ -65,6 +68,7 @@ def write_timeline(rows: Sequence[Row], gpu_labels: Sequence[str], path: Path) -
                 "scaler_target",
                 "active",
                 "stream_active",
+                "queue_waiting",
                 *(f"util_{label.replace('/', '_')}" for label in gpu_labels),
             ]
         )
@@ -83,6 +87,7 @@ def write_timeline(rows: Sequence[Row], gpu_labels: Sequence[str], path: Path) -
                     _num(r.target),
                     _flag(r.active),
                     _flag(r.stream_active),
+                    _num(r.queue),
                     *(f"{u:.1f}" for u in r.gpu_util),
                 ]
             )
@@ -119,6 +124,20 @@ def plot_timeline(rows: Sequence[Row], gpu_labels: Sequence[str], title: str, pa
     top.set_ylim(bottom=0)
     top.grid(True, alpha=0.3)
     top.legend(loc="upper left", fontsize=8, framealpha=0.9)
+    if any(not math.isnan(r.queue) for r in rows):
+        target_words = "" if math.isnan(rows[-1].target) else f"; target {rows[-1].target:g} per replica"
+        waiting = top.twinx()
+        waiting.plot(
+            t,
+            [r.queue for r in rows],
+            color="C3",
+            linewidth=1.3,
+            drawstyle="steps-post",
+            label=f"waiting requests (engines' vllm:num_requests_waiting{target_words})",
+        )
+        waiting.set_ylabel("waiting requests", color="C3")
+        waiting.set_ylim(bottom=0)
+        waiting.legend(loc="upper right", fontsize=8, framealpha=0.9)
 
     grid = [[r.gpu_util[i] for r in rows] for i in range(len(gpu_labels))]
     end = rows[-1].t + 1.0 if rows else 1.0
@@ -133,9 +152,10 @@ def plot_timeline(rows: Sequence[Row], gpu_labels: Sequence[str], title: str, pa
     )
     middle.set_yticks(range(len(gpu_labels)), [f"GPU {label}" for label in gpu_labels], fontsize=8)
     target = rows[-1].target if rows else math.nan
+    engines = any(not math.isnan(r.queue) for r in rows)  # the trigger is the engines' queue, not the GPUs
     middle.set_title(
         "GPU utilization (%) as the pods' processes drive it"
-        + ("" if math.isnan(target) else f"; target {target:g} per replica"),
+        + ("" if math.isnan(target) or engines else f"; target {target:g} per replica"),
         loc="left",
         fontsize=10,
     )

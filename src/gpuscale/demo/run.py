@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import plotting
+from ..scaling.keys import ENGINE_METRICS
+from ..scaling.profiles import ProfileSet
 from .cluster import NAMESPACE, SCALED_OBJECT, WORKLOAD, DemoCluster
 from .controller import ControllerSettings, DemoController
 from .errors import DemoError
@@ -66,6 +68,8 @@ class DemoResult:
     logs: Path
     rows: tuple[Row, ...]
     interrupted: bool
+    # with engines: the agents' gpuscale_agent_engine_scrapes_total{result="ok"}, read before they stopped
+    engine_scrapes_ok: int | None = None
 
 
 class _Stop:
@@ -89,6 +93,8 @@ async def run_demo(settings: DemoSettings, print_line: Callable[[str], None] = p
     workdir = Path(tempfile.mkdtemp(prefix="gpuscale-demo-"))  # short: unix socket paths
     pattern = make_pattern(settings.pattern, settings.duration, settings.capacity_per_replica)
     min_replicas = 0 if pattern.idles else 1
+    metric = settings.extra_metadata.get("metric") or ProfileSet.builtin()[settings.profile].metric
+    engines = metric in ENGINE_METRICS  # the pods run mock vLLM engines the agents scrape
     max_replicas = len(settings.nodes) * settings.gpus_per_node
     cluster = DemoCluster(
         workdir,
@@ -98,12 +104,14 @@ async def run_demo(settings: DemoSettings, print_line: Callable[[str], None] = p
         pending_s=settings.pending_s,
         loading_s=settings.loading_s,
         initial_replicas=1,
+        engines=engines,
     )
     children: list[Child] = []
     controller: DemoController | None = None
     controller_task: asyncio.Task[None] | None = None
     rows: list[Row] = []
     t0 = loop.time()
+    scrapes_ok: list[int] = []
 
     def clock() -> float:
         return loop.time() - t0
@@ -200,7 +208,10 @@ async def run_demo(settings: DemoSettings, print_line: Callable[[str], None] = p
         try:
             ok = await _until_stopped(
                 stop,
-                controller.wait_for_metrics(settings.startup_timeout_s, positive=pattern.at(0.0)[0] > 0),
+                # an engine's queue is 0 under low demand: any answer means the engines are read
+                controller.wait_for_metrics(
+                    settings.startup_timeout_s, positive=pattern.at(0.0)[0] > 0 and not engines
+                ),
                 warm_up,
             )
         except TimeoutError as e:
@@ -235,7 +246,11 @@ async def run_demo(settings: DemoSettings, print_line: Callable[[str], None] = p
             info,
             print_line,
         )
-        return _finish(settings, cluster, rows, logs, interrupted=stop.event.is_set())
+        if engines:
+            metrics_ports = [ports[2 * i + 1] for i in range(len(cluster.nodes))]
+            scrapes_ok.append(await _engine_scrapes_ok(metrics_ports))
+        result = _finish(settings, cluster, rows, logs, interrupted=stop.event.is_set())
+        return dataclasses.replace(result, engine_scrapes_ok=scrapes_ok[0] if scrapes_ok else None)
     finally:
         if controller_task is not None:
             controller_task.cancel()
@@ -267,6 +282,30 @@ async def _until_stopped(stop: _Stop, work: Any, guard: Callable[[], None]) -> A
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+
+async def _engine_scrapes_ok(ports: list[int]) -> int:
+    """The agents' ``gpuscale_agent_engine_scrapes_total{result="ok"}``, summed, from their ``/metrics``."""
+    import aiohttp
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total = 0.0
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+        for port in ports:
+            try:
+                async with session.get(f"http://127.0.0.1:{port}/metrics") as response:
+                    text = await response.text()
+            except (aiohttp.ClientError, TimeoutError) as e:
+                log.warning("could not read the agent's metrics on port %d: %s", port, e)
+                continue
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    if (
+                        sample.name == "gpuscale_agent_engine_scrapes_total"
+                        and sample.labels.get("result") == "ok"
+                    ):
+                        total += sample.value
+    return int(total)
 
 
 def _gpu_lines(cluster: DemoCluster, now: float) -> list[GpuLine]:
@@ -326,6 +365,7 @@ async def _main_loop(
                 active=st.active,
                 stream_active=st.stream_active,
                 gpu_util=tuple(g.utilization for g in gpus),
+                queue=cluster.queue(),
             )
             if now >= next_row:
                 rows.append(dataclasses.replace(row, t=round(next_row, 1)))

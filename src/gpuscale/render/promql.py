@@ -23,12 +23,16 @@ __all__ = [
     "LabelNames",
     "Series",
     "aggregate",
+    "engine_per_pod_query",
     "engine_query",
+    "engine_series",
     "exact",
     "job_matcher",
     "per_gpu",
     "range_seconds",
     "series_for",
+    "vllm_name_regex",
+    "vllm_selector",
     "workload_matchers",
 ]
 
@@ -160,7 +164,10 @@ def aggregate(aggregation: Aggregation, expr: str, by: str | None = None) -> str
 
 # ----- the inference engine's own series, as Prometheus scrapes them from the engine pods (vLLM's names:
 # vllm/v1/metrics/loggers.py; see docs/engines.md). The pods are the scrape targets, so namespace and pod are
-# the target's own labels.
+# the target's own labels. Each name is matched as vllm:… or vllm_…: prometheus_client 0.22+ (what vLLM
+# serves with) writes the samples of a name with a colon with an underscore when the scraper asks for
+# OpenMetrics without UTF-8 escaping, as Prometheus 2.x does (prometheus/client_python#1177), so such a
+# Prometheus stores vllm_num_requests_waiting and a query of vllm:num_requests_waiting finds nothing.
 _VLLM_GAUGES = {
     "queue_length": ("vllm:num_requests_waiting",),
     "requests_in_flight": ("vllm:num_requests_waiting", "vllm:num_requests_running"),
@@ -172,6 +179,58 @@ _VLLM_HISTOGRAMS = {
 }
 
 
+def vllm_name_regex(name: str) -> str:
+    """``vllm:num_requests_waiting`` → ``vllm[:_]num_requests_waiting``: either spelling (see above)."""
+    return name.replace("vllm:", "vllm[:_]", 1)
+
+
+def vllm_selector(name: str, matchers: str) -> str:
+    """A selector of vLLM's series ``name`` under either spelling, with ``matchers``."""
+    return f'{{__name__=~"{vllm_name_regex(name)}",{matchers}}}'
+
+
+def engine_per_pod_query(
+    metric: str, matchers: str, window: float, *, name: str, scrape_interval: float
+) -> str:
+    """An engine metric per pod (``by (<<.GroupBy>>)``) over vLLM's series, for Prometheus Adapter: the
+    pod's models added up (waiting, running, tokens/s), its fullest model's KV cache, its latency quantile
+    from the pod's bucket rates. ``name`` replaces the main series' name (the adapter's ``<<.Series>>``)."""
+    rng = f"{_fmt(range_seconds(window, scrape_interval))}s"
+    by = "<<.GroupBy>>"
+    if metric in _VLLM_GAUGES:
+        others = _VLLM_GAUGES[metric][1:]
+        terms = [f"{name}{{{matchers}}}", *(vllm_selector(n, matchers) for n in others)]
+        return " + ".join(f"sum by ({by}) ({t})" for t in terms)
+    if metric == "generation_tokens_per_second":
+        return f"sum by ({by}) (rate({name}{{{matchers}}}[{rng}]))"
+    if metric == "request_rate":
+        terms = [f"rate({name}{{{matchers}}}[{rng}])"]
+        terms += [f"deriv({vllm_selector(n, matchers)}[{rng}])" for n in _VLLM_GAUGES["requests_in_flight"]]
+        return " + ".join(f"sum by ({by}) ({t})" for t in terms)
+    if metric == "kv_cache_usage":
+        return f"100 * max by ({by}) ({name}{{{matchers}}})"
+    if metric in _VLLM_HISTOGRAMS:
+        q = _VLLM_HISTOGRAMS[metric][1]
+        return f"histogram_quantile({q}, sum by ({by}, le) (rate({name}{{{matchers}}}[{rng}])))"
+    raise UsageError(f'metric "{metric}" has no vLLM series')
+
+
+def engine_series(metric: str) -> str:
+    """The vLLM series an engine metric's adapter rule is named after (its ``seriesQuery``)."""
+    if metric in _VLLM_GAUGES:
+        return _VLLM_GAUGES[metric][0]
+    if metric in _VLLM_HISTOGRAMS:
+        return _VLLM_HISTOGRAMS[metric][0]
+    series = {
+        "generation_tokens_per_second": "vllm:generation_tokens_total",
+        "request_rate": "vllm:request_success_total",
+        "kv_cache_usage": "vllm:kv_cache_usage_perc",
+    }
+    if metric not in series:
+        raise UsageError(f'metric "{metric}" has no vLLM series')
+    return series[metric]
+
+
 def engine_query(
     metric: str, matchers: str, window: float, *, aggregation: str = "avg", scrape_interval: float = 15.0
 ) -> tuple[str, bool]:
@@ -179,17 +238,19 @@ def engine_query(
     is additive (a total over the pods: ``metricType: AverageValue``) or a per-replica figure (``Value``)."""
     rng = f"{_fmt(range_seconds(window, scrape_interval))}s"
     if metric in _VLLM_GAUGES:
-        return " + ".join(f"sum({name}{{{matchers}}})" for name in _VLLM_GAUGES[metric]), True
+        return " + ".join(f"sum({vllm_selector(n, matchers)})" for n in _VLLM_GAUGES[metric]), True
     if metric == "generation_tokens_per_second":
-        return f"sum(rate(vllm:generation_tokens_total{{{matchers}}}[{rng}]))", True
+        return f"sum(rate({vllm_selector('vllm:generation_tokens_total', matchers)}[{rng}]))", True
     if metric == "request_rate":  # arrivals: finished per second + the growth of those waiting and running
-        parts = [f"sum(rate(vllm:request_success_total{{{matchers}}}[{rng}]))"]
-        parts += [f"sum(deriv({name}{{{matchers}}}[{rng}]))" for name in _VLLM_GAUGES["requests_in_flight"]]
+        parts = [f"sum(rate({vllm_selector('vllm:request_success_total', matchers)}[{rng}]))"]
+        parts += [
+            f"sum(deriv({vllm_selector(n, matchers)}[{rng}]))" for n in _VLLM_GAUGES["requests_in_flight"]
+        ]
         return " + ".join(parts), True
     if metric == "kv_cache_usage":
         how = "max" if aggregation == "max" else "avg"
-        return f"100 * {how}(vllm:kv_cache_usage_perc{{{matchers}}})", False
+        return f"100 * {how}({vllm_selector('vllm:kv_cache_usage_perc', matchers)})", False
     if metric in _VLLM_HISTOGRAMS:
         name, q = _VLLM_HISTOGRAMS[metric]
-        return f"histogram_quantile({q}, sum by (le) (rate({name}{{{matchers}}}[{rng}])))", False
+        return f"histogram_quantile({q}, sum by (le) (rate({vllm_selector(name, matchers)}[{rng}])))", False
     raise UsageError(f'metric "{metric}" has no vLLM series')

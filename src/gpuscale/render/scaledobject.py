@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from ..errors import UsageError
 from ..scaling.errors import MetadataError
-from ..scaling.keys import ENGINE_METRICS
+from ..scaling.keys import ADDITIVE_METRICS, ENGINE_METRICS
 from ..scaling.metadata import TriggerMetadata, parse_metadata
 from ..scaling.profiles import ProfileSet
 from ._yaml import Document, dump
@@ -166,11 +166,21 @@ def _check_common(o: ScaledObjectOptions) -> None:
 
 def _comment_metadata(md: TriggerMetadata) -> str:
     src = f'profile "{md.profile}": ' if md.profile else ""
+    how = "summed over the pods" if md.metric in ADDITIVE_METRICS else f"aggregation {md.aggregation}"
     return (
-        f"Trigger as the scaler reads it ({src}metric {md.metric}, aggregation {md.aggregation}, "
+        f"Trigger as the scaler reads it ({src}metric {md.metric}, {how}, "
         f"targetValue {md.target_value:g}, activationValue {md.activation_value:g}, window {md.window:g}s, "
-        f"scope {md.scope})."
+        f"scope {md.scope}{_decisions(md)})."
     )
+
+
+def _decisions(md: TriggerMetadata) -> str:
+    out = ""
+    if md.kv_cache_guard is not None:
+        out += f", kvCacheGuard {md.kv_cache_guard:g}"
+    if md.scale_ahead != "off":
+        out += f", scaleAhead {md.scale_ahead}"
+    return out
 
 
 def _external_trigger(
@@ -187,10 +197,24 @@ def _external_trigger(
         metadata["enableTLS"] = "true"
     metadata.update(_metadata(o))
     metric_type = "AverageValue" if md.scope == "workload" else "Value"
-    trigger: dict[str, Any] = {"type": o.mode, "name": "gpu", "metricType": metric_type, "metadata": metadata}
+    engine = md.metric in ENGINE_METRICS
+    name = "engine" if engine else "gpu"
+    trigger: dict[str, Any] = {"type": o.mode, "name": name, "metricType": metric_type, "metadata": metadata}
     if o.tls_secret:
         trigger["authenticationRef"] = {"name": f"{o.name or target.name}-gpuscale-tls"}
-    if md.scope == "workload":
+    if engine and md.metric in ADDITIVE_METRICS:
+        why = (
+            f"metricType AverageValue: the scaler reports {md.metric}, summed over the workload's pods (read "
+            "on each node from the pod's engine), so the HPA computes "
+            f"ceil(total / {md.target_value:g}), {md.target_value:g} per replica."
+        )
+    elif engine:
+        why = (
+            f"metricType AverageValue: the scaler reports the {md.aggregation} of {md.metric} over the "
+            "workload's pods (read on each node from the pod's engine) times those pods, so the HPA computes "
+            f"ceil(pods x {md.aggregation} / {md.target_value:g}), the classic per-replica rule."
+        )
+    elif md.scope == "workload":
         why = (
             "metricType AverageValue: in workload scope the scaler reports the aggregate times the pods with "
             f"GPU samples, so the HPA computes ceil(pods x {md.aggregation} / {md.target_value:g}), the "
@@ -205,6 +229,11 @@ def _external_trigger(
         why += (
             " The address is the agents' headless Service: KEDA spreads its calls over every node, so node "
             "scope reads one node per call; use it with one GPU node, else the scaler."
+        )
+    if engine:
+        why += (
+            " The pods need the annotation gpuscale.io/metrics-port (their engine's metrics port, "
+            "docs/engines.md); a pod whose engine cannot be read is a missing pod, never a 0."
         )
     return trigger, why
 
@@ -280,6 +309,11 @@ def _engine_trigger(
 ) -> tuple[dict[str, Any], str, str]:
     """The KEDA ``prometheus`` trigger users write today for an engine signal: vLLM's own series, scraped
     from the engine pods by Prometheus (30-60 s behind the node-local path)."""
+    if o.exported_labels:
+        raise UsageError(
+            f'--exported-labels is for the agent\'s GPU series; metric "{md.metric}" is read from the engine '
+            "pods' own series, whose namespace and pod are the scrape target's labels"
+        )
     model = f',model_name="{md.model}"' if md.model else ""
     matchers = f'namespace="{o.namespace}",pod=~"{regex}"{model}'
     query, additive = engine_query(
@@ -304,7 +338,8 @@ def _engine_trigger(
         )
     pods = (
         f'Pods are selected by name: pod=~"{regex}"; Prometheus must scrape the engine pods themselves (a '
-        "PodMonitor on their metrics port), which the gpuscale agent does not need."
+        "PodMonitor on their metrics port), which the gpuscale agent does not need. Names match vllm:… and "
+        "vllm_…: Prometheus 2.x stores vLLM's samples with an underscore (prometheus/client_python#1177)."
     )
     return trigger, why, pods
 
@@ -316,7 +351,11 @@ def _queue_trigger(
     if o.mode == "prometheus" or md.scope != "workload":
         raise UsageError("--queue-target needs --mode external or external-push and scope workload")
     if md.metric in ENGINE_METRICS:
-        raise UsageError(f'--queue-target goes with a GPU metric; --metric is already "{md.metric}"')
+        given = f'profile "{md.profile}" sets metric' if o.metric is None and md.profile else "--metric is"
+        raise UsageError(
+            f'--queue-target goes with a GPU metric; {given} "{md.metric}" already '
+            "(pick a GPU metric with --metric or --profile)"
+        )
     metadata = {
         k: v for k, v in gpu["metadata"].items() if k in ("scalerAddress", "enableTLS", "podSelector")
     }
@@ -367,8 +406,9 @@ def scaledobject_documents(o: ScaledObjectOptions) -> list[Document]:
                 "from zero; KEDA still polls every pollingInterval and scales to zero only by polling."
             )
     if o.min_replicas == 0:
+        what = "engine" if md.metric in ENGINE_METRICS else "GPU"
         comment.append(
-            "minReplicaCount 0: GPU metrics of a workload with no pods are empty, so this trigger alone "
+            f"minReplicaCount 0: {what} metrics of a workload with no pods are empty, so this trigger alone "
             "never wakes it; add a trigger that sees demand (a queue, requests)."
         )
     spec: dict[str, Any] = {
@@ -403,10 +443,11 @@ def scaledobject_documents(o: ScaledObjectOptions) -> list[Document]:
         spec["fallback"] = fallback
         comment.append(
             f"fallback: after {o.fallback_failure_threshold} failed polls in a row (gpuscale answers "
-            "UNAVAILABLE when the workload's GPU data is stale or missing, never a made-up 0) KEDA holds "
-            f"{o.fallback_replicas} replicas ({o.fallback_behavior}) until the trigger answers again. It "
-            "counts only failed GetMetrics: a scaler that cannot be reached at all fails GetMetricSpec first "
-            "and the fallback never starts (kedacore/keda#8056); the HPA then keeps the current replicas."
+            "UNAVAILABLE when the workload's GPU or engine data is stale or missing, never a made-up 0) KEDA "
+            f"holds {o.fallback_replicas} replicas ({o.fallback_behavior}) until the trigger answers again. "
+            "It counts only failed GetMetrics: a scaler that cannot be reached at all fails GetMetricSpec "
+            "first and the fallback never starts (kedacore/keda#8056); the HPA then keeps the current "
+            "replicas."
         )
     so = {
         "apiVersion": "keda.sh/v1alpha1",

@@ -121,13 +121,14 @@ def parse_metadata(metadata: Mapping[str, str], profiles: ProfileSet | None = No
             number, tail = check_value(k, raw[k.name], metric=metric)
             _note(explicit, problems, k.name, raw[k.name], number, tail)
 
-    # A profile's thresholds are in its metric's unit: they do not carry over to another metric.
+    # A profile's thresholds are in its metric's unit, and its guard and scale-ahead are chosen for its
+    # metric: they do not carry over to another metric.
     foreign = profile is not None and metric_raw is not None and profile.metric not in (None, metric)
     values: dict[str, object] = {}
     origin: dict[str, str] = {}
     for key in _PROFILE_KEYS:
         from_profile = field_value(profile, key) if profile is not None else None
-        if foreign and key in ("targetValue", "activationValue"):
+        if foreign and key in ("targetValue", "activationValue", "kvCacheGuard", "scaleAhead"):
             from_profile = None
         if key in explicit:
             values[key], origin[key] = explicit[key], ""

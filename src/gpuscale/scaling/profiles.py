@@ -9,7 +9,7 @@ YAML document that adds profiles or replaces built-in ones (``extends`` inherits
     profiles:
       my-llm:
         extends: llm-serving
-        targetValue: 75
+        targetValue: 8
 
 Which keys a profile may set, and what each allows, is ``keys.KEYS``'s. The check of fields that are fine
 alone but not together (``combination_problems``) is shared with ``gpuscale.scaling.metadata``: it returns
@@ -215,8 +215,8 @@ BUILTIN_PROFILES: tuple[Profile, ...] = (
              "gpu_utilization", "avg", 90, 0, 60, 90),
     _builtin("llm-latency", "LLM servers scaled on their engine's time to first token (p95, seconds)",
              "ttft_p95", "avg", 1.0, 0, 30, 45),
-    _builtin("llm-serving", "LLM servers with continuous batching (vLLM, TGI, TensorRT-LLM), smoothed",
-             "gpu_utilization", "avg", 85, 5, 30, 45),
+    replace(_builtin("llm-serving", "LLM servers on their engine's waiting requests, with a KV-cache guard",
+                     "queue_length", "avg", 5, 0, 10, 20), kv_cache_guard=80.0, scale_ahead="auto"),
     _builtin("memory-bound", "bandwidth-bound work (LLM decode, embeddings): memory controller load",
              "memory_utilization", "avg", 60, 5, 20, 30),
     _builtin("memory-capacity", "frameworks that allocate and free GPU memory with load: avoid OOM",

@@ -1,0 +1,117 @@
+"""The demo pods' inference engines: one mock vLLM ``/metrics`` per pod (``MockEngine``), on a loopback port.
+
+Each pod gets a listening socket when it is created; its port goes in the pod's ``gpuscale.io/metrics-port``
+annotation, as a vLLM Deployment's template would say it. When the pod's container starts (Pending →
+loading) the engine serves on that socket and the pod gets the IP ``127.0.0.1``: from then on the node's
+real agent discovers it (the annotation and ``status.podIP`` from the API, the GPU from the kubelet),
+scrapes, parses and streams it, and the real scaler answers engine triggers (``queue_length``) from it.
+
+The router spreads the demand evenly over the Ready pods; a loading engine gets none (it reads 0 waiting).
+Each engine serves ``capacity_per_replica`` requests per second (``max_num_seqs`` / service time); above
+that its queue (``vllm:num_requests_waiting``) grows, below it drains.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..backends.mock_engine import MockEngine, MockEngineConfig, MockEngineServer, start_mock_engine
+
+__all__ = ["ANNOTATION", "DemoEngines", "engine_config"]
+
+ANNOTATION = "gpuscale.io/metrics-port"
+SERVICE_TIME_S = 2.0  # seconds a request runs; max_num_seqs follows from the replica's capacity
+
+
+def engine_config(capacity_per_replica: float) -> MockEngineConfig:
+    """One model serving ``capacity_per_replica`` requests/s: ``max_num_seqs`` requests, each 2 s."""
+    seqs = max(1, round(capacity_per_replica * SERVICE_TIME_S))
+    return MockEngineConfig(models=("demo-llm",), max_num_seqs=seqs, service_time_s=SERVICE_TIME_S)
+
+
+@dataclass
+class _Engine:
+    engine: MockEngine
+    sock: socket.socket
+    server: MockEngineServer | None = None
+    task: asyncio.Task[None] | None = None
+
+
+class DemoEngines:
+    """The engines of the demo's pods, by pod name."""
+
+    def __init__(self, capacity_per_replica: float) -> None:
+        self.config = engine_config(capacity_per_replica)
+        self._engines: dict[str, _Engine] = {}
+        self._demand: dict[str, float] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+        self._scrapes_before = 0  # of engines removed since
+
+    def create(self, pod: str) -> int:
+        """A listening socket for ``pod``'s engine; its port (the pod's annotation)."""
+        sock = socket.create_server(("127.0.0.1", 0))
+        sock.setblocking(False)
+
+        def demand(t: float) -> float:
+            return self._demand.get(pod, 0.0)
+
+        self._engines[pod] = _Engine(MockEngine(self.config, demand), sock)
+        port: int = sock.getsockname()[1]
+        return port
+
+    def start(self, pod: str) -> None:
+        """The pod's container started: serve its engine."""
+        e = self._engines.get(pod)
+        if e is not None and e.task is None:
+
+            async def serve(e: _Engine = e) -> None:
+                e.server = await start_mock_engine(e.engine, sock=e.sock)
+
+            e.task = asyncio.get_running_loop().create_task(serve())
+
+    def remove(self, pod: str) -> None:
+        e = self._engines.pop(pod, None)
+        self._demand.pop(pod, None)
+        if e is not None:
+            self._scrapes_before += e.server.scrapes if e.server is not None else 0
+            task = asyncio.get_running_loop().create_task(self._close(e))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    @staticmethod
+    async def _close(e: _Engine) -> None:
+        if e.task is not None:
+            await e.task
+        if e.server is not None:
+            await e.server.close()
+        e.sock.close()
+
+    def route(self, demand: float, ready: Mapping[str, bool]) -> None:
+        """Spread ``demand`` (requests/s) evenly over the Ready pods, then bring every engine to now."""
+        serving = [pod for pod, is_ready in ready.items() if is_ready]
+        share = demand / len(serving) if serving else 0.0
+        self._demand = {pod: share if ready.get(pod) else 0.0 for pod in self._engines}
+        for e in self._engines.values():
+            e.engine.advance()
+
+    def waiting(self) -> float:
+        """Requests waiting in every engine now (the sum of ``vllm:num_requests_waiting``)."""
+        return sum(s.waiting for e in self._engines.values() for s in e.engine.models.values())
+
+    def waiting_of(self, pod: str) -> float:
+        e = self._engines.get(pod)
+        return sum(s.waiting for s in e.engine.models.values()) if e is not None else 0.0
+
+    def scrapes(self) -> int:
+        """``/metrics`` requests the engines answered (the agents' scrapes)."""
+        live = sum(e.server.scrapes for e in self._engines.values() if e.server is not None)
+        return self._scrapes_before + live
+
+    async def close(self) -> None:
+        for pod in list(self._engines):
+            self.remove(pod)
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
