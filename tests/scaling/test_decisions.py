@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from gpuscale.model import EngineSample, GpuSample, ModelSignals
-from gpuscale.scaling import GpuSeries, parse_metadata
+from gpuscale.scaling import GpuSeries, TriggerMetadata, parse_metadata
 from gpuscale.scaling.answer import GpuPod, answer
 from gpuscale.scaling.engine import EngineSeries
 from gpuscale.scaling.errors import MissingPods
@@ -48,7 +48,7 @@ def engine(
     return EngineSeries(pod, readings)
 
 
-def rate_md(**extra: str) -> object:
+def rate_md(**extra: str) -> TriggerMetadata:
     return parse_metadata({"metric": "request_rate", "targetValue": "4", **extra})
 
 
@@ -60,7 +60,7 @@ def test_request_rate_is_finished_plus_the_growth_of_those_in_flight() -> None:
     a = engine("a", lambda t: 6.0)
     b = engine("b", lambda t: 10.0, in_flight=lambda t: 20.0 + 3.0 * (t - NOW + 130))
     pods = [GpuPod("a", "n1", ready=True), GpuPod("b", "n2", ready=True)]
-    result = answer(md, [], now=NOW, gpu_pods=pods, engines=[a, b])  # type: ignore[arg-type]
+    result = answer(md, [], now=NOW, gpu_pods=pods, engines=[a, b])
     assert result.value == pytest.approx(16.0)
     assert math.ceil(result.value / 4) == 4
 
@@ -84,7 +84,7 @@ def test_request_rate_without_the_finished_counter_is_a_missing_pod_never_zero()
         EngineSample(NOW - k, "vllm", (ModelSignals("m", waiting=0, running=10),)) for k in range(10, -1, -1)
     ]
     with pytest.raises(MissingPods):
-        answer(md, [], now=NOW, gpu_pods=[GpuPod("p", "n")], engines=[EngineSeries("p", readings)])  # type: ignore[arg-type]
+        answer(md, [], now=NOW, gpu_pods=[GpuPod("p", "n")], engines=[EngineSeries("p", readings)])
 
 
 # ----- starting pods: coming capacity, never idle, never missing -------------------------------------------
@@ -97,12 +97,12 @@ def test_a_loading_pod_is_coming_capacity_not_a_missing_pod() -> None:
     loading = [EngineSeries(f"new-{i}", (), "engine not read: connect_error") for i in range(6)]
     pods = [GpuPod("a", "n1", ready=True), GpuPod("b", "n1", ready=True)]
     pods += [GpuPod(f"new-{i}", "n2", ready=False) for i in range(6)]
-    result = answer(md, [], now=NOW, gpu_pods=pods, engines=[*ready, *loading], replicas=8)  # type: ignore[arg-type]
+    result = answer(md, [], now=NOW, gpu_pods=pods, engines=[*ready, *loading], replicas=8)
     assert (result.value, result.loading, result.missing) == (pytest.approx(40.0), 6, 0)
     # readiness not known (an older agent, no API): the same pods are missing pods, as before
     unknown = [GpuPod(p.name, p.node) for p in pods]
     with pytest.raises(MissingPods):
-        answer(md, [], now=NOW, gpu_pods=unknown, engines=[*ready, *loading])  # type: ignore[arg-type]
+        answer(md, [], now=NOW, gpu_pods=unknown, engines=[*ready, *loading])
 
 
 def test_a_loading_pods_gpu_at_zero_does_not_make_the_workload_look_idle() -> None:
@@ -117,7 +117,7 @@ def test_a_loading_pods_gpu_at_zero_does_not_make_the_workload_look_idle() -> No
     ]
     ready = {"a": True, "b": True, "c": False, "d": False}
     pods = [GpuPod(p, "n", ready=r) for p, r in ready.items()]
-    result = answer(md, series, now=NOW, gpu_pods=pods)  # type: ignore[arg-type]
+    result = answer(md, series, now=NOW, gpu_pods=pods)
     assert (result.aggregate, result.value, result.loading, result.missing) == (100.0, 200.0, 2, 0)
 
 
@@ -132,7 +132,7 @@ def test_every_pod_loading_holds_and_is_active(metric: str) -> None:
         for i in range(3)
     ]
     engines = [EngineSeries(f"p{i}", (), "engine not read: connect_error") for i in range(3)]
-    result = answer(md, series, now=NOW, gpu_pods=pods, engines=engines, replicas=4)  # type: ignore[arg-type]
+    result = answer(md, series, now=NOW, gpu_pods=pods, engines=engines, replicas=4)
     assert (result.value, result.active, result.loading) == (16.0, True, 3)
 
 
@@ -174,16 +174,19 @@ def test_no_trend_no_forecast(values: list[float]) -> None:
 def test_scale_ahead_through_answer_on_a_ramp() -> None:
     """Arrivals rising 0.1 requests/s every second on one pod, the cold start learned at 120 s: the answer is
     the demand two minutes ahead, 12 requests/s above today's; without a cold start, or off, today's."""
-    demand = lambda t: 10.0 + 0.1 * (t - NOW + 130)  # noqa: E731
+
+    def demand(t: float) -> float:
+        return 10.0 + 0.1 * (t - NOW + 130)
+
     series = [engine("a", demand)]
     pods = [GpuPod("a", "n", ready=True)]
-    plain = answer(rate_md(), [], now=NOW, gpu_pods=pods, engines=series)  # type: ignore[arg-type]
+    plain = answer(rate_md(), [], now=NOW, gpu_pods=pods, engines=series)
     ahead_md = rate_md(scaleAhead="auto")
-    ahead = answer(ahead_md, [], now=NOW, gpu_pods=pods, engines=series, cold_start=120.0)  # type: ignore[arg-type]
+    ahead = answer(ahead_md, [], now=NOW, gpu_pods=pods, engines=series, cold_start=120.0)
     assert plain.value == pytest.approx(demand(NOW - 4.5), rel=0.01)  # the 10 s window's mean
     assert ahead.value == pytest.approx(plain.value + 0.1 * 120, rel=0.02)
     assert ahead.decided == "ahead 120 s"
-    unknown = answer(ahead_md, [], now=NOW, gpu_pods=pods, engines=series)  # type: ignore[arg-type]
+    unknown = answer(ahead_md, [], now=NOW, gpu_pods=pods, engines=series)
     assert unknown.value == pytest.approx(plain.value)
 
 
@@ -203,9 +206,9 @@ def test_a_scale_down_does_not_read_as_a_rise() -> None:
         gone.append(EngineSeries(name, [s for s in e.samples if s.timestamp < at], departed=True))
     pods = [GpuPod("a", "n", ready=True), GpuPod("b", "n", ready=True)]
     md = rate_md(scaleAhead="auto")
-    fooled = answer(md, [], now=NOW, gpu_pods=pods, engines=left, cold_start=120.0)  # type: ignore[arg-type]
+    fooled = answer(md, [], now=NOW, gpu_pods=pods, engines=left, cold_start=120.0)
     assert fooled.decided.startswith("ahead") and fooled.value > 40.0
-    right = answer(md, [], now=NOW, gpu_pods=pods, engines=[*left, *gone], cold_start=120.0)  # type: ignore[arg-type]
+    right = answer(md, [], now=NOW, gpu_pods=pods, engines=[*left, *gone], cold_start=120.0)
     assert right.value == pytest.approx(40.0) and right.decided == ""
 
 
@@ -217,11 +220,11 @@ def test_the_n_minus_1_guard() -> None:
     md = rate_md()
     pods = [GpuPod("a", "n", ready=True)]
     rising = [engine("a", lambda t: 12.0 if t < NOW - 9 else 12.0 + (t - NOW + 9) * 7 / 9)]
-    result = answer(md, [], now=NOW, gpu_pods=pods, engines=rising, replicas=5)  # type: ignore[arg-type]
+    result = answer(md, [], now=NOW, gpu_pods=pods, engines=rising, replicas=5)
     assert math.ceil(result.value / 4) == 5 and result.decided == "N-1 guard"
     assert result.present == pytest.approx(19.0, rel=0.01)
     steady = [engine("a", lambda t: 12.0)]
-    result = answer(md, [], now=NOW, gpu_pods=pods, engines=steady, replicas=5)  # type: ignore[arg-type]
+    result = answer(md, [], now=NOW, gpu_pods=pods, engines=steady, replicas=5)
     assert math.ceil(result.value / 4) == 3 and result.decided == ""
 
 
@@ -229,18 +232,19 @@ def test_the_guard_never_scales_up() -> None:
     md = rate_md()
     pods = [GpuPod("a", "n", ready=True)]
     spike = [engine("a", lambda t: 4.0 if t < NOW else 40.0)]  # the newest second only
-    result = answer(md, [], now=NOW, gpu_pods=pods, engines=spike, replicas=2)  # type: ignore[arg-type]
+    result = answer(md, [], now=NOW, gpu_pods=pods, engines=spike, replicas=2)
     assert math.ceil(result.value / 4) <= 2
 
 
-def test_the_kv_cache_guard_holds_a_busy_workload_with_an_empty_queue() -> None:
-    """The queue is empty (0 waiting: a queue trigger asks for the minimum), but the engines' KV cache is 90 %
-    full: with kvCacheGuard 80 the answer keeps the 6 replicas; at 50 % it lets them go."""
+def test_the_kv_cache_guard_is_a_floor_from_the_kv_cache() -> None:
+    """6 Ready replicas, nothing waiting (a queue trigger alone asks for the minimum). With kvCacheGuard 80:
+    at 90 % full the answer keeps the 6 (7 would be needed to bring it to 80 %, but the guard never scales
+    up); at 50 % it lets them go to ceil(6 x 50 / 80) = 4, the count that keeps the fill at most 80 %; at
+    10 %, to 1."""
     md = parse_metadata({"metric": "queue_length", "targetValue": "5", "kvCacheGuard": "80"})
-    pods = [GpuPod("a", "n", ready=True)]
-    busy = [engine("a", lambda t: 10.0, kv=90.0)]
-    result = answer(md, [], now=NOW, gpu_pods=pods, engines=busy, replicas=6)  # type: ignore[arg-type]
-    assert (result.value, result.decided) == (30.0, "KV-cache guard")
-    calm = [engine("a", lambda t: 10.0, kv=50.0)]
-    result = answer(md, [], now=NOW, gpu_pods=pods, engines=calm, replicas=6)  # type: ignore[arg-type]
-    assert result.value == 0.0
+    pods = [GpuPod(f"p{i}", "n", ready=True) for i in range(6)]
+    for kv, replicas in ((90.0, 6), (50.0, 4), (10.0, 1)):
+        engines = [engine(f"p{i}", lambda t: 10.0, kv=kv) for i in range(6)]
+        result = answer(md, [], now=NOW, gpu_pods=pods, engines=engines, replicas=6)
+        assert result.value == 5.0 * replicas, kv
+        assert result.decided == "KV-cache guard"

@@ -56,7 +56,10 @@ def test_on_a_known_ramp_the_forecast_asks_one_cold_start_ahead() -> None:
     the replicas of the demand 120 s later (ceil(demand(t + 120) / 4)) and the plain one for today's."""
     result = _run("[[0, 6], [300, 6], [900, 66]]", 900)
     plain, ahead = result.timelines
-    demand = lambda t: 6.0 if t < 300 else 6.0 + 0.1 * (t - 300)  # noqa: E731
+
+    def demand(t: float) -> float:
+        return 6.0 if t < 300 else 6.0 + 0.1 * (t - 300)
+
     for t in (604, 694, 784):  # HPA syncs on the ramp, more than a look-back into it
         assert plain.metric[t] <= demand(t)  # today's demand (the window's mean)
         assert ahead.metric[t] >= demand(t + 100)  # the demand of 100-120 s later

@@ -307,8 +307,13 @@ def _decide(
     if guard is not None and _ceil_ratio(decided.value, md.target_value) < count:
         kv = [gauge(e.samples[-1], "kv_cache_usage", md.model) for e in ready if e.samples]
         known = [v for v in kv if v is not None]
-        if known and math.fsum(known) / len(known) >= guard:
-            return replace(decided, value=md.target_value * count, decided="KV-cache guard", present=present)
+        if known:
+            # the replicas that keep the Ready pods' mean fill at or below the guard, at most the count: with
+            # the fill at or above it, the count itself
+            floor = min(count, math.ceil(len(known) * (math.fsum(known) / len(known)) / guard - 1e-9))
+            if floor > _ceil_ratio(decided.value, md.target_value):
+                value = md.target_value * floor
+                return replace(decided, value=value, decided="KV-cache guard", present=present)
     out = _guard(md, decided, present, count)
     return out if out.decided else replace(out, decided=decided.decided)
 

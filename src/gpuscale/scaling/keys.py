@@ -199,8 +199,9 @@ KEYS: Final[tuple[Key, ...]] = (
         "`requests_in_flight`, `generation_tokens_per_second`",
         default="off", profile=True, choices=SCALE_AHEAD),
     Key("kvCacheGuard", "kv_cache_guard", "number",
-        "Engine metrics: while the workload's KV cache is at least this full (%, the mean of its Ready pods' "
-        "newest readings), the answer never asks for fewer replicas than the workload has: a busy engine "
+        "Engine metrics: a floor from the KV cache. The answer never asks for fewer replicas than would keep "
+        "the Ready pods' mean KV-cache fill at or below this (%): `ceil(Ready pods x mean fill / "
+        "kvCacheGuard)`, at most the replicas the workload has (it holds, it never scales up). A busy engine "
         "with an empty queue is not idle.",
         "a finite number > 0, at most 100. Only with an engine metric",
         default_doc="none", profile=True, exclusive=True, maximum=100.0),
