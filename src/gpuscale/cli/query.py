@@ -282,9 +282,15 @@ def _print_explain(e: dict[str, Any]) -> None:
     if "answer" in e:
         a = e["answer"]
         missing = f", {a['missingPods']} missing: {', '.join(a['missingWhere'])}" if a["missingPods"] else ""
+        loading = f", {a['loadingPods']} starting" if a.get("loadingPods") else ""
+        decided = ""
+        if a.get("decided"):
+            present = a.get("present")
+            before = f" (present value {present:g})" if isinstance(present, int | float) else ""
+            decided = f"; {a['decided']}{before}"
         print(
-            f"  answer: value {a['value']:g} (aggregate {a['aggregate']:g} x {a['pods']} pods{missing}), "
-            f"{'active' if a['active'] else 'inactive'}"
+            f"  answer: value {a['value']:g} (aggregate {a['aggregate']:g} x {a['pods']} pods{missing}"
+            f"{loading}{decided}), {'active' if a['active'] else 'inactive'}"
         )
     if "error" in e:
         print(f"  answer: {e['error']['code']}: {e['error']['message']}")

@@ -368,6 +368,11 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
             "pods": result.pods,
             "missingPods": result.missing,
             "missingWhere": list(result.missing_where),
+            "loadingPods": result.loading,
+            # how the decisions moved it (scaling.answer): "ahead 120 s", "N-1 guard", "KV-cache guard",
+            # "all pods loading", "" (the plain value); and the present value (the newest readings')
+            "decided": result.decided,
+            "present": result.present,
         }
         return out
 
