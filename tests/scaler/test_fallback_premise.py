@@ -33,7 +33,7 @@ async def test_with_no_agent_get_metrics_fails_and_get_metric_spec_does_not(
     client = keda(scaler.grpc_port)
     for _ in range(fallback["failureThreshold"]):  # every poll: the spec, then the metric fails
         (spec,) = (await client.spec(md)).metricSpecs
-        assert spec.targetSizeFloat == 85.0
+        assert spec.targetSizeFloat == 5.0  # llm-serving: 5 waiting requests per replica
         code, _ = await client.code_of(client.metrics(md))
         assert code == grpc.StatusCode.UNAVAILABLE
 
@@ -42,7 +42,9 @@ async def test_with_the_only_agent_gone_get_metrics_fails(
     cluster: Cluster, keda: Callable[[int], KedaClient]
 ) -> None:
     metadata, _ = _example()
+    # on GPU utilization (these mock pods serve no engine): the premise is the same for every metric
     md = {**metadata, "podSelector": "app=llm", "window": "0", "staleAfter": "1"}
+    md.update(metric="gpu_utilization", targetValue="85")
     await cluster.node("node-a", "constant:40", gpus=1)
     cluster.add_pod("default", "llm-0", "node-a", [0], {"app": "llm"})
     scaler = await cluster.scaler()

@@ -248,3 +248,14 @@ def test_the_kv_cache_guard_is_a_floor_from_the_kv_cache() -> None:
         result = answer(md, [], now=NOW, gpu_pods=pods, engines=engines, replicas=6)
         assert result.value == 5.0 * replicas, kv
         assert result.decided == "KV-cache guard"
+
+
+def test_missing_pods_never_lower_the_kv_cache_floor() -> None:
+    """8 replicas, 6 Ready at 50 % KV fill and nothing waiting, 2 whose agent is gone: the floor counts each
+    missing pod as needed, ceil(6 x 50 / 80) + 2 = 6, where the missing-pod rule alone would give 4."""
+    md = parse_metadata({"metric": "queue_length", "targetValue": "5", "kvCacheGuard": "80"})
+    pods = [GpuPod(f"p{i}", "n", ready=True) for i in range(6)]
+    pods += [GpuPod(f"dark-{i}", "n2", connected=False, ready=True) for i in range(2)]
+    engines = [engine(f"p{i}", lambda t: 10.0, kv=50.0) for i in range(6)]
+    result = answer(md, [], now=NOW, gpu_pods=pods, engines=engines, replicas=8)
+    assert (result.missing, result.value, result.decided) == (2, 30.0, "KV-cache guard")

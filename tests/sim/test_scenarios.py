@@ -75,6 +75,7 @@ def test_diurnal_day_runs(tmp_path: Path) -> None:
         "gpuscale-gpu-behavior",
         "gpuscale-engine",
         "gpuscale-engine-ahead",
+        "gpuscale-llm-serving",
         "oracle",
     ]
     # the night: every utilization policy, the demand policies and the oracle serve it

@@ -288,34 +288,50 @@ def _decide(
     replicas: int | None,
     cold_start: float | None,
 ) -> Evaluation:
-    """An engine answer with issue 20's decisions on top, when its pods are all measured (an answer the
-    missing-pod rule made, or one with nothing measured, is left as it is): the forecast one cold start
-    ahead (``scaleAhead``), the KV-cache guard, the N-1 guard."""
-    if result.missing or result.pods == 0:
+    """An engine answer with issue 20's decisions on top: the forecast one cold start ahead
+    (``scaleAhead``), the KV-cache floor, the N-1 guard. An answer with nothing measured is left as it is;
+    one the missing-pod rule made gets the KV-cache floor alone, each missing pod counted as one replica
+    needed (as the HPA's rule counts a missing pod at the target when scaling down), so missing pods never
+    lower what the floor holds."""
+    if result.pods == 0:
         return result
     loading = {p.name for p in gpu_pods if p.ready is False}
     ready = [e for e in engines if e.pod in result.fresh_pods and e.pod not in loading and not e.departed]
-    present = _engine_total(replace(md, window=0.0), ready, now)
     count = _count(result, replicas)
+    if result.missing:
+        floored = _kv_floor(md, result, ready, count, result.missing)
+        return floored if floored is not None else result
+    present = _engine_total(replace(md, window=0.0), ready, now)
     decided = result
     if md.scale_ahead == "auto" and cold_start is not None and cold_start > 0:
         past = [e for e in engines if e.departed or (e.pod not in loading and e.samples)]
         ahead = _ahead(md, past, now, cold_start, result.value)
         if ahead.trend and ahead.value > result.value:
             decided = replace(result, value=ahead.value, decided=f"ahead {cold_start:.0f} s")
-    guard = md.kv_cache_guard
-    if guard is not None and _ceil_ratio(decided.value, md.target_value) < count:
-        kv = [gauge(e.samples[-1], "kv_cache_usage", md.model) for e in ready if e.samples]
-        known = [v for v in kv if v is not None]
-        if known:
-            # the replicas that keep the Ready pods' mean fill at or below the guard, at most the count: with
-            # the fill at or above it, the count itself
-            floor = min(count, math.ceil(len(known) * (math.fsum(known) / len(known)) / guard - 1e-9))
-            if floor > _ceil_ratio(decided.value, md.target_value):
-                value = md.target_value * floor
-                return replace(decided, value=value, decided="KV-cache guard", present=present)
+    floored = _kv_floor(md, decided, ready, count, 0)
+    if floored is not None:
+        return replace(floored, present=present)
     out = _guard(md, decided, present, count)
     return out if out.decided else replace(out, decided=decided.decided)
+
+
+def _kv_floor(
+    md: TriggerMetadata, result: Evaluation, ready: Sequence[EngineSeries], count: int, missing: int
+) -> Evaluation | None:
+    """``kvCacheGuard``'s floor: the replicas that keep the Ready pods' mean KV-cache fill at or below the
+    guard (``ceil(pods x mean fill / guard)``, plus ``missing`` pods each counted as needed), at most
+    ``count``; the answer raised to it, or ``None`` where it does not raise it."""
+    guard = md.kv_cache_guard
+    if guard is None or _ceil_ratio(result.value, md.target_value) >= count:
+        return None
+    kv = [gauge(e.samples[-1], "kv_cache_usage", md.model) for e in ready if e.samples]
+    known = [v for v in kv if v is not None]
+    if not known:
+        return None
+    floor = min(count, math.ceil(math.fsum(known) / guard - 1e-9) + missing)
+    if floor <= _ceil_ratio(result.value, md.target_value):
+        return None
+    return replace(result, value=md.target_value * floor, decided="KV-cache guard")
 
 
 # The forecast looks back over the cold start, at most this far (the scaler's --history, 120 s by default,
