@@ -104,7 +104,14 @@ def test_demo_with_the_engine_profile_scales_on_the_mock_engines_queue(tmp_path:
     # both once a second; the agents scrape every 0.5 s and the trigger's window is 2 s).
     read = [(float(r["scaler_value"]), q) for r, q in zip(rows, queue, strict=True) if r["scaler_value"]]
     assert any(v > 0 for v, _ in read)
-    assert all(v <= 1.5 * max(queue) + 1 for v, _ in read)
+    # scaleAhead (the profile's) adds at most the present value: never more than twice the queue
+    assert all(v <= 2 * max(queue) + 1 for v, _ in read)
+    # how the scaler decided, from its /explain: the plain value, or one of the decisions it knows
+    decided = {r["scaler_decided"] for r in rows}
+    assert all(d == "" or d.startswith("ahead ") or d in {"KV-cache guard", "N-1 guard", "all pods loading"}
+               for d in decided), decided  # fmt: skip
+    if decided - {""}:
+        assert any(line.startswith("decided:") for line in run.stdout.splitlines())
 
 
 def test_an_engine_profile_on_the_real_control_plane_is_one_line_and_exit_2(tmp_path: Path) -> None:

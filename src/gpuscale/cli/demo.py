@@ -126,6 +126,11 @@ def run(args: argparse.Namespace) -> int:
             f"engines:  the agents read the pods' mock vLLM engines {result.engine_scrapes_ok} times "
             f'(gpuscale_agent_engine_scrapes_total{{result="ok"}}); at most {peak_queue:.0f} requests waiting'
         )
+    if result.decisions:
+        said = ", ".join(f"{kind} {n} times" for kind, n in sorted(result.decisions.items()))
+        print(
+            f"decided:  of the scaler's answers to the controller's calls: {said} (docs/decisions.md)"
+        )
     print(f"timeline: {result.timeline}")
     print(f"plot:     {result.plot}" if result.plot is not None else f"plot:     none ({plotting.MISSING})")
     print(f"logs:     {result.logs}")

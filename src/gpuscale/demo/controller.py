@@ -76,6 +76,9 @@ class ControllerSettings:
         None  # requests/s per replica of the request-rate trigger; None: no such trigger
     )
     call_timeout_s: float = 3.0
+    # the scaler's GET /explain (its --metrics-address): after each GetMetrics the controller asks how the
+    # scaler decided (scaling.answer's "ahead 4 s", "KV-cache guard", …); None: not asked
+    explain_url: str | None = None
 
 
 @dataclass
@@ -95,6 +98,8 @@ class ControllerStatus:
     last_sync: str = ""
     last_poll: str = ""
     last_error: str = ""
+    decided: str = ""  # how the scaler's last answer was decided ("" the plain value; /explain)
+    decisions: dict[str, int] = field(default_factory=dict)  # every decision seen, with its count
     events: list[str] = field(default_factory=list)  # every replica change, oldest first
 
     def event(self, t: float, text: str) -> None:
@@ -174,7 +179,28 @@ class DemoController:
             self.status.last_error = f"{e.code().name}: {e.details()}"
             return None, None
         self.status.value, self.status.active, self.status.last_error = value, active, ""
+        await self._explain()
         return value, active
+
+    async def _explain(self) -> None:
+        """How the scaler decided its last answer, from its ``/explain`` (best effort: on failure, unsaid)."""
+        s = self.settings
+        if s.explain_url is None or self._http is None:
+            return
+        params = [("name", s.scaled_object), ("namespace", s.namespace)]
+        params += [("m", f"{k}={v}") for k, v in s.metadata.items() if k != "scalerAddress"]
+        try:
+            timeout = aiohttp.ClientTimeout(total=s.call_timeout_s)
+            async with self._http.get(s.explain_url, params=params, timeout=timeout) as response:
+                body = await response.json()
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return
+        answer = body.get("answer") if isinstance(body, dict) else None
+        decided = answer.get("decided", "") if isinstance(answer, dict) else ""
+        self.status.decided = decided if isinstance(decided, str) else ""
+        if self.status.decided:
+            kind = self.status.decided.split(" ")[0] if self.status.decided.startswith("ahead") else decided
+            self.status.decisions[kind] = self.status.decisions.get(kind, 0) + 1
 
     async def _api(self, method: str, path: str, body: Any = None) -> Any:
         assert self._http is not None

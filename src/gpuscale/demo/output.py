@@ -37,6 +37,7 @@ class Row:
     stream_active: bool | None
     gpu_util: tuple[float, ...]
     queue: float = math.nan
+    decided: str = ""  # how the scaler decided its last answer ("ahead 4 s", "KV-cache guard"; "": plain)
 
     @property
     def served(self) -> float:
@@ -69,6 +70,7 @@ def write_timeline(rows: Sequence[Row], gpu_labels: Sequence[str], path: Path) -
                 "active",
                 "stream_active",
                 "queue_waiting",
+                "scaler_decided",
                 *(f"util_{label.replace('/', '_')}" for label in gpu_labels),
             ]
         )
@@ -88,6 +90,7 @@ def write_timeline(rows: Sequence[Row], gpu_labels: Sequence[str], path: Path) -
                     _flag(r.active),
                     _flag(r.stream_active),
                     _num(r.queue),
+                    r.decided,
                     *(f"{u:.1f}" for u in r.gpu_util),
                 ]
             )

@@ -70,6 +70,8 @@ class DemoResult:
     interrupted: bool
     # with engines: the agents' gpuscale_agent_engine_scrapes_total{result="ok"}, read before they stopped
     engine_scrapes_ok: int | None = None
+    # how often each of the scaler's decisions shaped an answer ("ahead", "KV-cache guard", "N-1 guard", …)
+    decisions: dict[str, int] = field(default_factory=dict)
 
 
 class _Stop:
@@ -194,6 +196,7 @@ async def run_demo(settings: DemoSettings, print_line: Callable[[str], None] = p
                 min_replicas=min_replicas,
                 max_replicas=max_replicas,
                 wake_target=wake_target,
+                explain_url=f"http://127.0.0.1:{ports[-1]}/explain",
             ),
             clock,
             demand_now,
@@ -250,7 +253,11 @@ async def run_demo(settings: DemoSettings, print_line: Callable[[str], None] = p
             metrics_ports = [ports[2 * i + 1] for i in range(len(cluster.nodes))]
             scrapes_ok.append(await _engine_scrapes_ok(metrics_ports))
         result = _finish(settings, cluster, rows, logs, interrupted=stop.event.is_set())
-        return dataclasses.replace(result, engine_scrapes_ok=scrapes_ok[0] if scrapes_ok else None)
+        return dataclasses.replace(
+            result,
+            engine_scrapes_ok=scrapes_ok[0] if scrapes_ok else None,
+            decisions=dict(controller.status.decisions) if controller is not None else {},
+        )
     finally:
         if controller_task is not None:
             controller_task.cancel()
@@ -366,6 +373,7 @@ async def _main_loop(
                 stream_active=st.stream_active,
                 gpu_util=tuple(g.utilization for g in gpus),
                 queue=cluster.queue(),
+                decided=st.decided,
             )
             if now >= next_row:
                 rows.append(dataclasses.replace(row, t=round(next_row, 1)))

@@ -102,6 +102,7 @@ def render(
         Text(
             f"value {value}  target {row.target:g} per replica{ratio}"
             + ("" if math.isnan(row.queue) else f"   engines: {row.queue:.0f} waiting")
+            + (f"   decided: {row.decided}" if row.decided else "")
         ),
         Text("IsActive ") + _flag(row.active),
         Text("StreamIsActive ") + _flag(row.stream_active),
@@ -145,5 +146,8 @@ def plain_line(row: Row, gpus: Sequence[GpuLine]) -> str:
     return (
         f"t={row.t:4.0f}s {row.phase:<16} demand {row.demand:5.1f} capacity {row.capacity:5.1f} req/s | "
         f"replicas desired {row.desired} ready {row.ready} | scaler {value} (target {row.target:g}/replica) "
-        f"{active} | " + ("" if math.isnan(row.queue) else f"waiting {row.queue:.0f} | ") + f"util {utils}"
+        f"{active} | "
+        + ("" if math.isnan(row.queue) else f"waiting {row.queue:.0f} | ")
+        + (f"{row.decided} | " if row.decided else "")
+        + f"util {utils}"
     )
