@@ -5,6 +5,7 @@ readiness and start times, the real scaler answering as KEDA asks."""
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -13,6 +14,7 @@ import pytest
 from aiohttp import web
 
 from gpuscale.demo.apiserver import make_pod
+from gpuscale.scaler.wire import ScaledObjectKey
 from tests.fakes.kubelet import pod_resources
 from tests.scaler.conftest import Cluster, KedaClient, until
 
@@ -166,3 +168,41 @@ async def test_scale_ahead_on_a_known_ramp_through_the_scaler(
     now = time.time() - e.t0
     assert abs(plain - (2.0 + now - 1.0)) < 1.5  # the 2 s window's mean: the demand a second ago
     assert 7.0 < ahead - plain < 12.0
+
+
+async def test_the_n_minus_1_guard_through_the_scaler(
+    cluster: Cluster, keda: Callable[[int], KedaClient], engines: Callable[[Callable[[float], float]], Engine]
+) -> None:
+    """5 Ready pods at 2.4 requests/s each (12: 3 replicas' worth at 4) jump to 3.8 each (19). A second
+    later the 2 s window's mean reads about 15.5, ceil(15.5 / 4) = 4: one replica fewer than the 5 there
+    are, though 4 at the target carry 16, not the 19 arriving. The scaler answers the present demand
+    (about 19, 5 replicas) and says why."""
+    made = [engines(lambda t: 2.4) for _ in range(5)]
+    for e in made:
+        await e.start()
+    await cluster.node("node-1", "constant:50", gpus=5)
+    for i, e in enumerate(made):
+        add_pod(cluster, f"llm-{i}", "node-1", i, e.port, ready=True)
+    scaler = await cluster.scaler(kube=False)
+    client = keda(scaler.grpc_port)
+
+    async def steady() -> bool:
+        v = await _value(client, RATE)
+        return isinstance(v, float) and abs(v - 12.0) < 0.5
+
+    await until(steady, what="12 requests/s over the 5 pods", timeout=10)
+    start = time.time()
+    for e in made:
+        jump_at = start - e.t0
+        e.rate = lambda t, j=jump_at: 2.4 if t < j else 3.8
+    assert scaler.service is not None
+    answers = []
+    while time.time() - start < 2.5:  # the 2 s window passes over the jump
+        explained = await scaler.service.explain(ScaledObjectKey("so", "default", RATE))
+        answers.append(explained["answer"])
+        await asyncio.sleep(0.1)
+    # once the present demand needs 5, never one replica fewer while the window's mean lags the jump; and
+    # the guard is why, at least once
+    after = [a for a in answers if a["present"] is not None and a["present"] > 16.0]
+    assert after and all(math.ceil(a["value"] / 4 - 1e-9) == 5 for a in after), answers
+    assert any(a["decided"] == "N-1 guard" for a in after), answers
