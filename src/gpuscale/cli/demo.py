@@ -128,9 +128,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if result.decisions:
         said = ", ".join(f"{kind} {n} times" for kind, n in sorted(result.decisions.items()))
-        print(
-            f"decided:  of the scaler's answers to the controller's calls: {said} (docs/decisions.md)"
-        )
+        print(f"decided:  of the scaler's answers to the controller's calls: {said} (docs/decisions.md)")
     print(f"timeline: {result.timeline}")
     print(f"plot:     {result.plot}" if result.plot is not None else f"plot:     none ({plotting.MISSING})")
     print(f"logs:     {result.logs}")
