@@ -8,6 +8,7 @@ import asyncio
 import math
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -196,10 +197,10 @@ async def test_the_n_minus_1_guard_through_the_scaler(
         jump_at = start - e.t0
         e.rate = lambda t, j=jump_at: 2.4 if t < j else 3.8
     assert scaler.service is not None
-    answers = []
+    answers: list[dict[str, Any]] = []
     while time.time() - start < 2.5:  # the 2 s window passes over the jump
         explained = await scaler.service.explain(ScaledObjectKey("so", "default", RATE))
-        answers.append(explained["answer"])
+        answers.append(cast(dict[str, Any], explained["answer"]))
         await asyncio.sleep(0.1)
     # once the present demand needs 5, never one replica fewer while the window's mean lags the jump; and
     # the guard is why, at least once
