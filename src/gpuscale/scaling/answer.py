@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 from .aggregate import Evaluation, GpuSeries, aggregate, evaluate
 from .engine import EngineSeries, gauge, pod_value
-from .errors import MissingPods, UnattributedPods
+from .errors import MissingPods, NoDataError, UnattributedPods
 from .forecast import Forecast, forecast
 from .keys import ADDITIVE_METRICS, ENGINE_METRICS
 from .metadata import TriggerMetadata
@@ -136,8 +136,14 @@ def answer(
         result = replace(result, loading=len(loading))
     if result.missing or result.pods == 0:
         return result
-    present = evaluate(replace(md, window=0.0), series, now=now).value
-    return _guard(md, result, present, _count(result, replicas))
+    count = _count(result, replicas)
+    if _ceil_ratio(result.value, md.target_value) >= count:
+        return result  # not a scale-down: the guard has nothing to hold (and the newest value is not needed)
+    try:
+        present = evaluate(replace(md, window=0.0), series, now=now).value
+    except NoDataError:
+        return result
+    return _guard(md, result, present, count)
 
 
 def _gpu_answer(
@@ -267,8 +273,7 @@ def _guard(md: TriggerMetadata, result: Evaluation, present: float, count: int) 
     """Scale-down that holds: an answer that would take the workload below ``count`` replicas never goes
     below what the present value needs (``ceil(present / target)``, at most ``count``): so it never takes
     the workload to N-1 replicas when N-1 at the target would not carry the present demand (the smoothed
-    value lags a rise; a forecast is never below the present). With ``kvCacheGuard`` the engine answer
-    holds the count outright while the KV cache is that full (``_decide``)."""
+    value lags a rise; a forecast is never below the present). ``kvCacheGuard``'s floor is ``_kv_floor``."""
     target = md.target_value
     if count <= 0 or _ceil_ratio(result.value, target) >= count:
         return replace(result, present=present)
