@@ -1,5 +1,5 @@
-"""Issue 20's decisions through the real path: stand-in vLLM endpoints (their finished counters and queue
-gauges driven by a known arrival rate), real agents that discover, scrape and stream them with each pod's
+"""Issue 20's decisions through the real path: mock vLLM engines (their finished counters and queue gauges
+driven by a known arrival rate), real agents that discover, scrape and stream them with each pod's
 readiness and start times, the real scaler answering as KEDA asks."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, cast
 
 import grpc
 import pytest
-from aiohttp import web
 
+from gpuscale.backends.mock_engine import MockEngine, MockEngineConfig, MockEngineServer, start_mock_engine
 from gpuscale.demo.apiserver import make_pod
 from gpuscale.scaler.wire import ScaledObjectKey
 from tests.fakes.kubelet import pod_resources
@@ -26,63 +26,24 @@ RATE = {
     "window": "2",
     "staleAfter": "3",
 }
-LABELS = 'engine="0",model_name="llama"'
-
-
-class Engine:
-    """A vLLM endpoint whose arrivals per second are ``rate(t)`` (t: seconds since it started), all finished
-    at once (nothing waits, 3 running): ``vllm:request_success_total`` is their integral."""
-
-    def __init__(self, rate: Callable[[float], float]) -> None:
-        self.rate = rate
-        self.t0 = time.time()
-        self.runner: web.AppRunner | None = None
-        self.port = 0
-
-    def finished(self, t: float) -> float:
-        steps = 200
-        return sum(self.rate(t * (k + 0.5) / steps) for k in range(steps)) * t / steps
-
-    async def start(self) -> None:
-        async def metrics(request: web.Request) -> web.Response:
-            f = self.finished(time.time() - self.t0)
-            text = (
-                "# TYPE vllm:num_requests_waiting gauge\n"
-                f"vllm:num_requests_waiting{{{LABELS}}} 0\n"
-                "# TYPE vllm:num_requests_running gauge\n"
-                f"vllm:num_requests_running{{{LABELS}}} 3\n"
-                "# TYPE vllm:kv_cache_usage_perc gauge\n"
-                f"vllm:kv_cache_usage_perc{{{LABELS}}} 0.4\n"
-                "# TYPE vllm:request_success counter\n"
-                f'vllm:request_success_total{{{LABELS},finished_reason="stop"}} {f}\n'
-            )
-            return web.Response(text=text, content_type="text/plain", charset="utf-8")
-
-        app = web.Application()
-        app.router.add_get("/metrics", metrics)
-        self.runner = web.AppRunner(app, access_log=None)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
-    async def stop(self) -> None:
-        if self.runner is not None:
-            await self.runner.cleanup()
+Rate = Callable[[float], float]
 
 
 @pytest.fixture
-async def engines() -> AsyncIterator[Callable[[Callable[[float], float]], Engine]]:
-    made: list[Engine] = []
+async def engines() -> AsyncIterator[Callable[[Rate], Awaitable[MockEngineServer]]]:
+    """Start mock vLLM engines (``gpuscale.backends.mock_engine``) whose arrivals per second are
+    ``rate(t)`` (t: seconds since the engine started), with room for all of them (64 requests/s): nothing
+    waits, and the finished counter grows by what arrives less what stays in flight."""
+    made: list[MockEngineServer] = []
 
-    def make(rate: Callable[[float], float]) -> Engine:
-        e = Engine(rate)
-        made.append(e)
-        return e
+    async def start(rate: Rate) -> MockEngineServer:
+        engine = MockEngine(MockEngineConfig(models=("llama",), service_time_s=0.5), demand=rate)
+        made.append(await start_mock_engine(engine))
+        return made[-1]
 
-    yield make
-    for e in made:
-        await e.stop()
+    yield start
+    for server in made:
+        await server.close()
 
 
 def add_pod(
@@ -118,13 +79,14 @@ async def _value(client: KedaClient, md: dict[str, str]) -> float | grpc.StatusC
 
 
 async def test_the_demand_with_starting_pods_as_coming_capacity(
-    cluster: Cluster, keda: Callable[[int], KedaClient], engines: Callable[[Callable[[float], float]], Engine]
+    cluster: Cluster,
+    keda: Callable[[int], KedaClient],
+    engines: Callable[[Rate], Awaitable[MockEngineServer]],
 ) -> None:
     """One Ready pod taking 6 requests/s and two still loading their model (their engines refuse
     connections): the answer is the demand, 6 (ceil(6 / 4) = 2 replicas, the loading ones counted), where
     before the two loading pods were missing pods, 2 of 3, and the answer UNAVAILABLE."""
-    e = engines(lambda t: 6.0)
-    await e.start()
+    e = await engines(lambda t: 6.0)
     await cluster.node("node-1", "constant:50", gpus=3)
     add_pod(cluster, "llm-0", "node-1", 0, e.port, ready=True)
     add_pod(cluster, "llm-1", "node-1", 1, 0, ready=False)
@@ -140,13 +102,14 @@ async def test_the_demand_with_starting_pods_as_coming_capacity(
 
 
 async def test_scale_ahead_on_a_known_ramp_through_the_scaler(
-    cluster: Cluster, keda: Callable[[int], KedaClient], engines: Callable[[Callable[[float], float]], Engine]
+    cluster: Cluster,
+    keda: Callable[[int], KedaClient],
+    engines: Callable[[Rate], Awaitable[MockEngineServer]],
 ) -> None:
     """Arrivals rising 1 request/s every second; the pods' cold start is 10 s (scheduled to Ready, from the
     API, streamed by the agent). Once the ramp fills the 10 s look-back, `scaleAhead: auto` answers the
     demand 10 s ahead: about 10 above the plain answer (Sen's slope 1/s x 10 s)."""
-    e = engines(lambda t: 2.0 + t)
-    await e.start()
+    e = await engines(lambda t: 2.0 + t)
     await cluster.node("node-1", "constant:50", gpus=1)
     add_pod(cluster, "llm-0", "node-1", 0, e.port, ready=True)
     scaler = await cluster.scaler()
@@ -163,24 +126,26 @@ async def test_scale_ahead_on_a_known_ramp_through_the_scaler(
         )
 
     await until(learned, what="the cold start learned from the pod", timeout=10)
-    await asyncio.sleep(max(0.0, 13.0 - (time.time() - e.t0)))  # the look-back (10 s) inside the ramp
+    await asyncio.sleep(
+        max(0.0, 13.0 - (time.time() - e.engine.started))
+    )  # the look-back (10 s) inside the ramp
     plain, ahead = await _value(client, RATE), await _value(client, ahead_md)
     assert isinstance(plain, float) and isinstance(ahead, float)
-    now = time.time() - e.t0
+    now = time.time() - e.engine.started
     assert abs(plain - (2.0 + now - 1.0)) < 1.5  # the 2 s window's mean: the demand a second ago
     assert 7.0 < ahead - plain < 12.0
 
 
 async def test_the_n_minus_1_guard_through_the_scaler(
-    cluster: Cluster, keda: Callable[[int], KedaClient], engines: Callable[[Callable[[float], float]], Engine]
+    cluster: Cluster,
+    keda: Callable[[int], KedaClient],
+    engines: Callable[[Rate], Awaitable[MockEngineServer]],
 ) -> None:
     """5 Ready pods at 2.4 requests/s each (12: 3 replicas' worth at 4) jump to 3.8 each (19). A second
     later the 2 s window's mean reads about 15.5, ceil(15.5 / 4) = 4: one replica fewer than the 5 there
     are, though 4 at the target carry 16, not the 19 arriving. The scaler answers the present demand
     (about 19, 5 replicas) and says why."""
-    made = [engines(lambda t: 2.4) for _ in range(5)]
-    for e in made:
-        await e.start()
+    made = [await engines(lambda t: 2.4) for _ in range(5)]
     await cluster.node("node-1", "constant:50", gpus=5)
     for i, e in enumerate(made):
         add_pod(cluster, f"llm-{i}", "node-1", i, e.port, ready=True)
@@ -194,8 +159,8 @@ async def test_the_n_minus_1_guard_through_the_scaler(
     await until(steady, what="12 requests/s over the 5 pods", timeout=10)
     start = time.time()
     for e in made:
-        jump_at = start - e.t0
-        e.rate = lambda t, j=jump_at: 2.4 if t < j else 3.8
+        jump_at = start - e.engine.started
+        e.engine.demand = lambda t, j=jump_at: 2.4 if t < j else 3.8
     assert scaler.service is not None
     answers: list[dict[str, Any]] = []
     while time.time() - start < 2.5:  # the 2 s window passes over the jump

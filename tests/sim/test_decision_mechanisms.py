@@ -15,18 +15,9 @@ workload: {capacityPerReplica: 5, provisioningSeconds: 30, loadSeconds: 90, init
            maxQueueSeconds: 60, requestSeconds: 4}
 demand: {shape: points, interpolation: linear, points: POINTS}
 policies:
-  - name: engine
-    hpaSyncOffsetSeconds: 4
-    pipeline: {gpuscale: {samplingIntervalSeconds: 1}}
-    scaledObject:
-      apiVersion: keda.sh/v1alpha1
-      kind: ScaledObject
-      spec:
-        scaleTargetRef: {name: vllm}
-        minReplicaCount: 1
-        maxReplicaCount: 40
-BEHAVIOR        triggers: [{type: external, metadata: {scalerAddress: s:1, metric: request_rate, targetValue: "4"}}]
-  - name: ahead
+"""
+# the two policies differ only in their name and scaleAhead
+POLICY = """  - name: NAME
     hpaSyncOffsetSeconds: 4
     pipeline: {gpuscale: {samplingIntervalSeconds: 1}}
     scaledObject:
@@ -37,7 +28,7 @@ BEHAVIOR        triggers: [{type: external, metadata: {scalerAddress: s:1, metri
         minReplicaCount: 1
         maxReplicaCount: 40
 BEHAVIOR        triggers: [{type: external, metadata: {scalerAddress: s:1, metric: request_rate, targetValue: "4",
-                                         scaleAhead: auto}}]
+                                         scaleAhead: "AHEAD"}}]
 """
 FAST_DOWN = """        advanced:
           horizontalPodAutoscalerConfig:
@@ -46,7 +37,11 @@ FAST_DOWN = """        advanced:
 
 
 def _run(points: str, duration: int, behavior: str = "") -> Result:
-    text = SCENARIO.replace("POINTS", points).replace("DURATION", str(duration)).replace("BEHAVIOR", behavior)
+    policies = "".join(
+        POLICY.replace("NAME", n).replace("AHEAD", a) for n, a in (("engine", "off"), ("ahead", "auto"))
+    )
+    text = SCENARIO.replace("POINTS", points).replace("DURATION", str(duration)) + policies
+    text = text.replace("BEHAVIOR", behavior)
     return run_scenario(parse_scenario(text))
 
 

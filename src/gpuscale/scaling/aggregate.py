@@ -108,7 +108,7 @@ class Evaluation:
     # how ``answer`` decided beyond the plain value: "" (it did not), "all pods loading", "N-1 guard",
     # "KV-cache guard", "ahead 120 s" (the forecast one cold start ahead)
     decided: str = ""
-    present: float | None = None  # the newest readings' value (window 0), when the decisions ran
+    present: float | None = None  # the newest readings' value (window 0), when the answer would scale down
 
 
 def extractor(metric: Metric, share: Share = "gpu", pids: Collection[int] | None = None) -> Extract:

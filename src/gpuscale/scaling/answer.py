@@ -306,13 +306,15 @@ def _decide(
     if result.missing:
         floored = _kv_floor(md, result, ready, count, result.missing)
         return floored if floored is not None else result
-    present = _engine_total(replace(md, window=0.0), ready, now)
     decided = result
     if md.scale_ahead == "auto" and cold_start is not None and cold_start > 0:
         past = [e for e in engines if e.departed or (e.pod not in loading and e.samples)]
         ahead = _ahead(md, past, now, cold_start, result.value)
         if ahead.trend and ahead.value > result.value:
             decided = replace(result, value=ahead.value, decided=f"ahead {cold_start:.0f} s")
+    if _ceil_ratio(decided.value, md.target_value) >= count:
+        return decided  # not a scale-down: the floor and the guard have nothing to hold
+    present = _engine_total(replace(md, window=0.0), ready, now)
     floored = _kv_floor(md, decided, ready, count, 0)
     if floored is not None:
         return replace(floored, present=present)

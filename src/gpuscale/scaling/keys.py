@@ -22,12 +22,11 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 __all__ = [
     "ADDITIVE_METRICS",
     "AGGREGATIONS",
-    "BACKLOG_METRICS",
     "ENGINE_METRICS",
     "KEDA_KEYS",
     "KEYS",
@@ -37,7 +36,11 @@ __all__ = [
     "SCALE_AHEAD",
     "SCOPES",
     "SHARES",
+    "Aggregation",
     "Key",
+    "Metric",
+    "Scope",
+    "Share",
     "check_choice",
     "check_number",
     "check_value",
@@ -48,7 +51,7 @@ __all__ = [
 
 Kind = Literal["choice", "number", "selector", "name"]
 
-METRICS: Final = (
+Metric = Literal[
     "dram_active",
     "generation_tokens_per_second",
     "gpu_utilization",
@@ -69,7 +72,13 @@ METRICS: Final = (
     "tensor_active",
     "ttft_p50",
     "ttft_p95",
-)
+]
+Aggregation = Literal["avg", "max", "min", "p50", "p90", "p95", "p99", "sum"]
+Scope = Literal["node", "pool", "workload"]
+Share = Literal["container", "gpu"]
+
+# The allowed values, as tuples (in the order above): one list each, for parsing, docs and typing alike.
+METRICS: Final[tuple[Metric, ...]] = get_args(Metric)
 # The inference engine's own signals (agent.engines), read per pod; workload scope only. Additive ones are
 # reported as the sum over the workload's pods.
 ENGINE_METRICS: Final = frozenset(
@@ -87,12 +96,10 @@ ENGINE_METRICS: Final = frozenset(
 ADDITIVE_METRICS: Final = frozenset(
     {"generation_tokens_per_second", "queue_length", "request_rate", "requests_in_flight"}
 )
-# Backlogs: what is waiting, not what arrives. A backlog cannot count a starting pod's coming capacity.
-BACKLOG_METRICS: Final = frozenset({"queue_length", "requests_in_flight"})
 SCALE_AHEAD: Final = ("auto", "off")
-AGGREGATIONS: Final = ("avg", "max", "min", "p50", "p90", "p95", "p99", "sum")
-SCOPES: Final = ("node", "pool", "workload")
-SHARES: Final = ("container", "gpu")
+AGGREGATIONS: Final[tuple[Aggregation, ...]] = get_args(Aggregation)
+SCOPES: Final[tuple[Scope, ...]] = get_args(Scope)
+SHARES: Final[tuple[Share, ...]] = get_args(Share)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,13 +21,29 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import Literal, cast
+from typing import cast
 
 import yaml
 
 from . import keys
 from .errors import ProfileError
-from .keys import check_choice, check_number, check_value, show
+
+# The metrics, aggregations, scopes and shares are listed once, in keys (the table of trigger keys), and
+# re-exported here, where profiles name them.
+from .keys import (
+    AGGREGATIONS,
+    METRICS,
+    SCOPES,
+    SHARES,
+    Aggregation,
+    Metric,
+    Scope,
+    Share,
+    check_choice,
+    check_number,
+    check_value,
+    show,
+)
 
 __all__ = [
     "AGGREGATIONS",
@@ -50,36 +66,6 @@ __all__ = [
     "show",
 ]
 
-Metric = Literal[
-    "generation_tokens_per_second",
-    "itl_p95",
-    "kv_cache_usage",
-    "queue_length",
-    "request_rate",
-    "requests_in_flight",
-    "ttft_p50",
-    "ttft_p95",
-    "gpu_utilization",
-    "memory_utilization",
-    "memory_used",
-    "memory_used_percent",
-    "temperature",
-    "power",
-    "power_percent",
-    "gr_engine_active",
-    "sm_active",
-    "sm_occupancy",
-    "tensor_active",
-    "dram_active",
-]
-Aggregation = Literal["avg", "max", "min", "p50", "p90", "p95", "p99", "sum"]
-Scope = Literal["node", "pool", "workload"]
-Share = Literal["container", "gpu"]
-
-METRICS = cast(tuple[Metric, ...], keys.METRICS)
-AGGREGATIONS = cast(tuple[Aggregation, ...], keys.AGGREGATIONS)
-SCOPES = cast(tuple[Scope, ...], keys.SCOPES)
-SHARES = cast(tuple[Share, ...], keys.SHARES)
 PERCENT_METRICS: frozenset[Metric] = frozenset(
     {
         "kv_cache_usage",

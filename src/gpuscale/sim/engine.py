@@ -321,7 +321,8 @@ def _sample_gpus(
         del run.samples[name]
     for name in [n for n in run.engines if n not in names]:
         run.departed[name] = run.engines.pop(name)  # the scaler keeps them for the forecast's look-back
-    kept_s = _horizon(policy) * policy.gpuscale.sampling_interval
+    keep = _horizon(policy)
+    kept_s = keep * policy.gpuscale.sampling_interval
     for name, gone in list(run.departed.items()):
         if not gone or gone[-1].timestamp < t - kept_s:
             del run.departed[name]
@@ -339,7 +340,6 @@ def _sample_gpus(
         running = sorted((p for p in run.pods if p.name in values), key=lambda p: p.id)
         dark = {p.name for p in running[: fault.pods]}
     run.dark = frozenset(dark)
-    keep = _horizon(policy)
     memory = obs.memory()
     for name, util in values.items():
         if name in dark:
