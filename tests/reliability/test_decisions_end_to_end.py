@@ -141,11 +141,15 @@ async def test_the_n_minus_1_guard_through_the_scaler(
     keda: Callable[[int], KedaClient],
     engines: Callable[[Rate], Awaitable[MockEngineServer]],
 ) -> None:
-    """5 Ready pods at 2.4 requests/s each (12: 3 replicas' worth at 4) jump to 3.8 each (19). A second
-    later the 2 s window's mean reads about 15.5, ceil(15.5 / 4) = 4: one replica fewer than the 5 there
-    are, though 4 at the target carry 16, not the 19 arriving. The scaler answers the present demand
-    (about 19, 5 replicas) and says why."""
-    made = [await engines(lambda t: 2.4) for _ in range(5)]
+    """5 Ready pods at 24 requests/s each (120: 3 replicas' worth at 40) jump to 38 each (190). For about
+    5.7 s the 10 s window's mean reads under 160 (120 + 70 x elapsed / 10), ceil(mean / 40) = 4 or fewer:
+    fewer replicas than the 5 there are, though 4 at the target carry 160, not the 190 arriving. The scaler
+    answers the present demand (the newest readings, about 190: 5 replicas) and says why.
+
+    The rates are high and the window long so that neither the engines' whole-number counters nor a slow
+    machine (a stalled event loop skipping the lag) decide the outcome."""
+    md = {**RATE, "targetValue": "40", "window": "10", "staleAfter": "12"}
+    made = [await engines(lambda t: 24.0) for _ in range(5)]
     await cluster.node("node-1", "constant:50", gpus=5)
     for i, e in enumerate(made):
         add_pod(cluster, f"llm-{i}", "node-1", i, e.port, ready=True)
@@ -153,22 +157,22 @@ async def test_the_n_minus_1_guard_through_the_scaler(
     client = keda(scaler.grpc_port)
 
     async def steady() -> bool:
-        v = await _value(client, RATE)
-        return isinstance(v, float) and abs(v - 12.0) < 0.5
+        v = await _value(client, md)
+        return isinstance(v, float) and abs(v - 120.0) < 5.0
 
-    await until(steady, what="12 requests/s over the 5 pods", timeout=10)
+    await until(steady, what="120 requests/s over the 5 pods", timeout=30)
     start = time.time()
     for e in made:
         jump_at = start - e.engine.started
-        e.engine.demand = lambda t, j=jump_at: 2.4 if t < j else 3.8
+        e.engine.demand = lambda t, j=jump_at: 24.0 if t < j else 38.0
     assert scaler.service is not None
     answers: list[dict[str, Any]] = []
-    while time.time() - start < 2.5:  # the 2 s window passes over the jump
-        explained = await scaler.service.explain(ScaledObjectKey("so", "default", RATE))
+    while time.time() - start < 5.0:  # inside the window's lag (about 5.7 s)
+        explained = await scaler.service.explain(ScaledObjectKey("so", "default", md))
         answers.append(cast(dict[str, Any], explained["answer"]))
         await asyncio.sleep(0.1)
-    # once the present demand needs 5, never one replica fewer while the window's mean lags the jump; and
-    # the guard is why, at least once
-    after = [a for a in answers if a["present"] is not None and a["present"] > 16.0]
-    assert after and all(math.ceil(a["value"] / 4 - 1e-9) == 5 for a in after), answers
+    # whenever the present demand needs 5, never one replica fewer while the window's mean lags the jump;
+    # and the guard is why, at least once
+    after = [a for a in answers if a["present"] is not None and a["present"] > 160.0]
+    assert after and all(math.ceil(a["value"] / 40 - 1e-9) == 5 for a in after), answers
     assert any(a["decided"] == "N-1 guard" for a in after), answers
