@@ -51,7 +51,10 @@ def test_every_trace_compares_the_standard_policies(name: str) -> None:
     gpu = [s for s in by["gpuscale-gpu"].sources if s.via == "gpuscale"]
     assert gpu and gpu[0].trigger is not None and gpu[0].trigger.metadata is not None
     assert gpu[0].trigger.metadata.metric == "gpu_utilization"
-    assert by["oracle"].oracle is not None
+    # the oracle of the set goes through the HPA, at the same syncs as the KEDA policies it is the limit of
+    oracle = by["oracle"].oracle
+    assert oracle is not None and oracle.controller == "hpa"
+    assert by["oracle"].hpa_offset_seconds == by["gpuscale-engine"].hpa_offset_seconds
     assert scenario.workload.max_queue_seconds == 60
     for name, ahead in (("gpuscale-engine", "off"), ("gpuscale-engine-ahead", "auto")):
         engine = [s for s in by[name].sources if s.via == "gpuscale"]

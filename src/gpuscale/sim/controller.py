@@ -184,8 +184,12 @@ def reconcile(
     target: ScaleTarget,
     readings: tuple[MetricReading, ...],
     now: int,
+    *,
+    proposed: int | None = None,
 ) -> Reconcile:
-    """``reconcileAutoscaler``. ``readings`` line up with ``spec.metrics``; None = the metric's API failed."""
+    """``reconcileAutoscaler``. ``readings`` line up with ``spec.metrics``; None = the metric's API failed.
+    ``proposed``: the replicas an oracle asks for, in place of what the metrics propose (exact, so no
+    tolerance); everything after the metrics (stabilization, rate limits, bounds) applies as upstream."""
     current = target.spec_replicas
     if not state.recommendations:  # recordInitialRecommendation
         state = HpaState((TimedValue(current, now),), state.up_events, state.down_events)
@@ -198,8 +202,11 @@ def reconcile(
     elif current < min_r:
         desired, reason = min_r, "current replicas below minReplicas"
     else:
-        tol = tolerances_for(spec, config)
-        metric_replicas = compute_replicas_for_metrics(spec, readings, target, tol)
+        if proposed is not None:
+            metric_replicas = proposed
+        else:
+            tol = tolerances_for(spec, config)
+            metric_replicas = compute_replicas_for_metrics(spec, readings, target, tol)
         if metric_replicas == -1:
             return Reconcile(state, current, False, -1, "FailedComputeMetricsReplicas: no scaling")
         desired = max(metric_replicas, 0)

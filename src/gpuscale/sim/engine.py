@@ -67,15 +67,22 @@ class MetricSource:
 
 @dataclass(frozen=True)
 class Oracle:
-    """The ``oracle`` policy: it knows the demand (and the queue) at every instant and writes ``/scale``
-    directly, every second, with ``oracle_replicas``: no metric, no pipeline, no KEDA, no HPA (so no sync
-    period, tolerance, stabilization window or rate limit). Only its bounds and the pods' start phases stand
-    between demand and capacity. ``drain_queue``: also ask for the capacity that starts the waiting requests
-    before they time out."""
+    """The ``oracle`` policy: it knows the demand (and the queue) at every instant and asks for exactly the
+    replicas they need (``oracle_replicas``): no metric, no pipeline, no KEDA. ``controller``:
+
+    * ``hpa`` (the default): the ask is the HPA's proposal at each of its syncs, in place of the metrics'
+      (so no tolerance: it is exact), and the HPA's own limits apply as to every KEDA policy (the legacy
+      path: ``max(2c, 4)`` per sync up, the 300 s stabilization window down). Only the cold start and the
+      HPA stand between demand and capacity: the limit of any policy the HPA decides.
+    * ``direct``: it writes ``/scale`` itself every second: no sync period, tolerance, stabilization window
+      or rate limit; only its bounds and the pods' start phases. The limit of reacting at once.
+
+    ``drain_queue``: also ask for the capacity that starts the waiting requests before they time out."""
 
     min_replicas: int = 1
     max_replicas: int = 100
     drain_queue: bool = True
+    controller: Literal["hpa", "direct"] = "hpa"
 
 
 def oracle_replicas(oracle: Oracle, demand: float, waiting: float, workload: Workload) -> int:
@@ -546,9 +553,12 @@ def simulate(
         run.history.append(obs)
         if has_gpuscale:
             _sample_gpus(policy, run, obs, t, memory_total, reads_engines)
+        ask: int | None = None
         if policy.oracle is not None:
-            run.replicas = oracle_replicas(policy.oracle, d, step.waiting, workload)
+            ask = oracle_replicas(policy.oracle, d, step.waiting, workload)
             run.metric = d / workload.capacity_per_replica
+            if policy.oracle.controller == "direct":
+                run.replicas = ask
         elif so is not None:
             if (
                 t >= policy.keda_offset_seconds
@@ -558,15 +568,15 @@ def simulate(
             elif has_push and t % policy.gpuscale.sampling_interval == 0:
                 _keda_poll(policy, so, run, t, push_only=True)
         if (
-            policy.oracle is None
+            (policy.oracle is None or policy.oracle.controller == "hpa")
             and t >= policy.hpa_offset_seconds
             and (t - policy.hpa_offset_seconds) % sync == 0
         ):
             infos = _pod_infos(run.pods, t)
             target = ScaleTarget(run.replicas, len(run.pods), infos)
             disabled = run.replicas == 0 and policy.hpa.min_replicas != 0  # no metrics are read
-            readings = (None,) * n if disabled else _readings(policy, run, t, infos)
-            result = reconcile(policy.hpa, config, run.hpa_state, target, readings, t)
+            readings = (None,) * n if disabled or ask is not None else _readings(policy, run, t, infos)
+            result = reconcile(policy.hpa, config, run.hpa_state, target, readings, t, proposed=ask)
             run.hpa_state = result.state
             if result.rescale:
                 run.replicas = result.desired

@@ -428,32 +428,40 @@ def _faults(c: Checker, raw: dict[str, object], path: str, has_gpuscale: bool) -
 
 
 # what only a policy that reads metrics has: an oracle reads none
-_METRIC_KEYS = ("pipeline", "hpaSyncOffsetSeconds", "kedaPollOffsetSeconds", "newScaledObject", "faults")
+_METRIC_KEYS = ("pipeline", "kedaPollOffsetSeconds", "newScaledObject", "faults")
 
 
 def _oracle(c: Checker, raw: dict[str, object], path: str, name: str) -> Policy | None:
-    """An ``oracle`` policy: ``{minReplicas (1), maxReplicas (100), drainQueue (true)}``; it writes the
-    replicas the present demand (and queue) needs, every second (``engine.Oracle``)."""
+    """An ``oracle`` policy: ``{minReplicas (1), maxReplicas (100), drainQueue (true), controller (hpa)}``;
+    it asks for the replicas the present demand (and queue) needs, through the HPA's syncs and limits
+    (``controller: hpa``, at ``hpaSyncOffsetSeconds``) or every second itself (``direct``):
+    ``engine.Oracle``."""
     spec = c.mapping(raw, "oracle", path, required=True)
     if spec is None:
         return None
     here = f"{path}.oracle"
-    c.known(spec, here, ("minReplicas", "maxReplicas", "drainQueue"))
+    c.known(spec, here, ("minReplicas", "maxReplicas", "drainQueue", "controller"))
     minimum = c.integer(spec, "minReplicas", here, default=1, minimum=0)
     maximum = c.integer(spec, "maxReplicas", here, default=100, minimum=1)
     if maximum < minimum:
         c.bad(f"{here}.maxReplicas", maximum, f"an integer >= minReplicas ({minimum})")
         maximum = max(1, minimum)
+    controller = cast(
+        Literal["hpa", "direct"], c.string(spec, "controller", here, default="hpa", choices=("hpa", "direct"))
+    )
     for key in _METRIC_KEYS:
         if key in raw:
             c.fail(f"{path}.{key}", "does not apply to an oracle policy, which reads no metric")
+    if controller == "direct" and "hpaSyncOffsetSeconds" in raw:
+        c.fail(f"{path}.hpaSyncOffsetSeconds", "does not apply to an oracle with controller: direct (no HPA)")
     initial = c.integer(raw, "initialReplicas", path, default=-1, minimum=0)
     return Policy(
         name=name,
         hpa=HpaSpec(minimum, maximum, (), None),
         sources=(),
+        hpa_offset_seconds=c.integer(raw, "hpaSyncOffsetSeconds", path, default=0, minimum=0),
         initial_replicas=None if initial < 0 else initial,
-        oracle=Oracle(minimum, maximum, c.boolean(spec, "drainQueue", here, default=True)),
+        oracle=Oracle(minimum, maximum, c.boolean(spec, "drainQueue", here, default=True), controller),
     )
 
 

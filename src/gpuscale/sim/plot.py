@@ -142,7 +142,7 @@ def plot_set(table: Sequence[Row], path: Path) -> None:
     traces = list(dict.fromkeys(r.trace for r in table))
     policies = list(dict.fromkeys(r.policy for r in table))
     by = {(r.trace, r.policy): r for r in table}
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(12, 7.5), sharex=True)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(13.5, 7.5), sharex=True)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     width = 0.8 / len(policies)
     for j, policy in enumerate(policies):
@@ -159,7 +159,7 @@ def plot_set(table: Sequence[Row], path: Path) -> None:
     top.set_title("share of demand unserved (not started within maxQueueSeconds)", loc="left", fontsize=11)
     top.set_ylabel("unserved %")
     top.grid(True, axis="y", alpha=0.3)
-    top.legend(loc="upper right", fontsize=8, framealpha=0.9)
+    top.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, framealpha=0.9)  # beside the bars
     bottom.set_title("GPU-hours, relative to the oracle's", loc="left", fontsize=11)
     bottom.set_ylabel("x oracle")
     bottom.axhline(1.0, color="black", linewidth=0.8)
