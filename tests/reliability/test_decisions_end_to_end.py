@@ -176,3 +176,39 @@ async def test_the_n_minus_1_guard_through_the_scaler(
     after = [a for a in answers if a["present"] is not None and a["present"] > 160.0]
     assert after and all(math.ceil(a["value"] / 40 - 1e-9) == 5 for a in after), answers
     assert any(a["decided"] == "N-1 guard" for a in after), answers
+
+
+async def test_gpu_utilization_pinned_at_100_is_uncapped_by_the_engines_through_the_scaler(
+    cluster: Cluster,
+    keda: Callable[[int], KedaClient],
+    engines: Callable[[Rate], Awaitable[MockEngineServer]],
+) -> None:
+    """Two pods whose GPUs read 100 % (avg x pods: 200, ceil(200 / 70) = 3 replicas) and whose engines serve
+    at most 64 requests/s (32 running, 0.5 s each) while 100 arrive at each: the queues grow by 36 a second.
+    The scaler answers the utilization that demand would take, 200 x 100 / 64 = 312.5 (5 replicas), and
+    says why; without the engines' signals it would answer 200."""
+    made = [await engines(lambda t: 100.0) for _ in range(2)]
+    await cluster.node("node-1", "constant:100", gpus=2)
+    for i, e in enumerate(made):
+        add_pod(cluster, f"llm-{i}", "node-1", i, e.port, ready=True)
+    scaler = await cluster.scaler(kube=False)
+    client = keda(scaler.grpc_port)
+    md = {
+        "podSelector": "app=llm",
+        "metric": "gpu_utilization",
+        "aggregation": "avg",
+        "targetValue": "70",
+        "window": "2",
+        "staleAfter": "3",
+    }
+
+    async def uncapped() -> bool:
+        v = await _value(client, md)
+        return isinstance(v, float) and 280.0 < v < 345.0
+
+    await until(uncapped, what="the utilization uncapped to about 312", timeout=15)
+    assert scaler.service is not None
+    explained = await scaler.service.explain(ScaledObjectKey("so", "default", md))
+    answer = cast(dict[str, Any], explained["answer"])
+    assert answer["aggregate"] == pytest.approx(100.0)
+    assert str(answer["decided"]).startswith("uncapped by the engines' demand (x1.")

@@ -259,3 +259,81 @@ def test_missing_pods_never_lower_the_kv_cache_floor() -> None:
     engines = [engine(f"p{i}", lambda t: 10.0, kv=50.0) for i in range(6)]
     result = answer(md, [], now=NOW, gpu_pods=pods, engines=engines, replicas=8)
     assert (result.missing, result.value, result.decided) == (2, 30.0, "KV-cache guard")
+
+
+# ----- not capped by saturation ----------------------------------------------------------------------------
+def _saturated(pods: dict[str, float]) -> list[GpuSeries]:
+    return [
+        GpuSeries(
+            f"GPU-{p}", [GpuSample(f"GPU-{p}", NOW - k, gpu_utilization=u) for k in range(30, -1, -1)], pod=p
+        )
+        for p, u in pods.items()
+    ]
+
+
+def _serving(pod: str, arrivals: float, served: float) -> EngineSeries:
+    """An engine that serves ``served`` requests/s of the ``arrivals`` asked: its queue grows by the rest."""
+    return engine(pod, lambda t: arrivals, in_flight=lambda t: 20.0 + (arrivals - served) * (t - NOW + 130))
+
+
+def test_gpu_utilization_pinned_at_100_is_uncapped_by_the_engines_demand() -> None:
+    """Two pods at 100 % (avg x pods: 200, ceil(200 / 70) = 3 replicas). Their engines serve 5 requests/s
+    each while 9 arrive at each (the queues grow by 4 a second): the demand is 1.8x what is served, so the
+    answer is the utilization that demand would take, 360: ceil(360 / 70) = 6 replicas, and it says why."""
+    md = parse_metadata(
+        {"metric": "gpu_utilization", "aggregation": "avg", "targetValue": "70", "window": "10"}
+    )
+    pods = [GpuPod("a", "n1", ready=True), GpuPod("b", "n2", ready=True)]
+    engines = [_serving("a", 9.0, 5.0), _serving("b", 9.0, 5.0)]
+    result = answer(md, _saturated({"a": 100.0, "b": 100.0}), now=NOW, gpu_pods=pods, engines=engines)
+    assert result.aggregate == pytest.approx(100.0)
+    assert result.value == pytest.approx(360.0, rel=0.01)
+    assert math.ceil(result.value / 70) == 6
+    assert result.decided.startswith("uncapped by the engines' demand (x1.80")
+    # the same pods without engine signals: the utilization as measured, capped
+    plain = answer(md, _saturated({"a": 100.0, "b": 100.0}), now=NOW, gpu_pods=pods)
+    assert plain.value == pytest.approx(200.0) and plain.decided == ""
+
+
+@pytest.mark.parametrize(
+    ("arrivals", "served"),
+    [
+        (5.0, 5.0),  # served as it comes
+        (5.4, 5.0),  # 8 % more: inside the HPA's tolerance, left as measured
+        (3.0, 5.0),  # the queue drains: never lowered
+    ],
+)
+def test_the_engines_never_lower_the_utilization_nor_move_it_within_the_tolerance(
+    arrivals: float, served: float
+) -> None:
+    md = parse_metadata(
+        {"metric": "gpu_utilization", "aggregation": "avg", "targetValue": "70", "window": "10"}
+    )
+    pods = [GpuPod("a", "n1", ready=True)]
+    engines = [_serving("a", arrivals, served)]
+    result = answer(md, _saturated({"a": 90.0}), now=NOW, gpu_pods=pods, engines=engines)
+    assert result.value == pytest.approx(90.0) and result.decided == ""
+
+
+def test_uncapping_needs_every_counted_pods_engine() -> None:
+    """Pod b's engine has no finished counter (or its scrape failed): what the workload is asked is not known
+    for all of it, so the utilization stands as measured (never a made-up figure)."""
+    md = parse_metadata(
+        {"metric": "gpu_utilization", "aggregation": "avg", "targetValue": "70", "window": "10"}
+    )
+    pods = [GpuPod("a", "n1", ready=True), GpuPod("b", "n2", ready=True)]
+    a = _serving("a", 9.0, 5.0)
+    no_counter = EngineSeries(
+        "b",
+        [
+            EngineSample(NOW - k, "vllm", (ModelSignals("m", waiting=0, running=5),))
+            for k in range(10, -1, -1)
+        ],
+    )
+    failed = EngineSeries("b", _serving("b", 9.0, 5.0).samples, missing="connect_error")
+    series = _saturated({"a": 100.0, "b": 100.0})
+    for b in (no_counter, failed):
+        result = answer(md, series, now=NOW, gpu_pods=pods, engines=[a, b])
+        assert result.value == pytest.approx(200.0) and result.decided == ""
+    result = answer(md, series, now=NOW, gpu_pods=pods, engines=[a])
+    assert result.value == pytest.approx(200.0)

@@ -96,3 +96,39 @@ def test_steady_load_never_reverses() -> None:
     result = _run("[[0, 23], [1200, 23]]", 1200)
     for tl in result.timelines:
         assert set(tl.desired[60:]) == {6}
+
+
+GPU_POLICY = """  - name: NAME
+    hpaSyncOffsetSeconds: 4
+    pipeline: {gpuscale: {samplingIntervalSeconds: 1, readEngines: READ}}
+    scaledObject:
+      apiVersion: keda.sh/v1alpha1
+      kind: ScaledObject
+      spec:
+        scaleTargetRef: {name: vllm}
+        minReplicaCount: 1
+        maxReplicaCount: 40
+        triggers: [{type: external, metadata: {scalerAddress: s:1, metric: gpu_utilization, targetValue: "70",
+                                               scope: workload}}]
+"""
+
+
+def test_utilization_pinned_at_100_is_uncapped_where_the_engines_are_read() -> None:
+    """6 -> 40 requests/s at 300 s on 2 replicas of 5: their GPUs read 100 % however far the demand is
+    beyond them, so the plain GPU trigger climbs one cold start at a time (2 -> 3 -> 5 -> 8 -> 12, each
+    step's pods loading before the next utilization can say more). Where the agents also read the engines,
+    the answer is the utilization the demand would take (100 % x 2 x 40 / 10 served = 800): it asks for
+    ceil(800 / 70) = 12 at the first sync, reached at the legacy rate limit (2 -> 4 -> 8 -> 12)."""
+    policies = "".join(
+        GPU_POLICY.replace("NAME", n).replace("READ", r) for n, r in (("gpu", "false"), ("engines", "true"))
+    )
+    text = SCENARIO.replace("POINTS", "[[0, 6], [300, 6], [301, 40]]").replace("DURATION", "900") + policies
+    result = run_scenario(parse_scenario(text))
+    gpu, engines = result.timelines
+    # until the first new pods are Ready (439 s): later, 12 Ready pods at 100 % draining the backlog ask
+    # ceil(1200 / 70) = 18, as any utilization trigger does (a draining queue is never uncapped)
+    assert sorted({engines.desired[t] for t in range(300, 439)}) == [2, 4, 8, 12]
+    assert max(engines.desired[300:350]) == 12  # within the first three syncs after the step
+    assert max(gpu.desired[300:420]) == 3  # a cold start later it is still climbing
+    plain, uncapped = result.summaries
+    assert uncapped.share_of_demand_unserved < plain.share_of_demand_unserved / 2

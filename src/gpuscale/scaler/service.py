@@ -370,8 +370,8 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
             "missingWhere": list(result.missing_where),
             "loadingPods": result.loading,
             # how the decisions moved it (scaling.answer): "ahead 120 s", "N-1 guard", "KV-cache guard",
-            # "all pods loading", "" (the plain value); and the present value (the newest readings'), when
-            # the answer would scale down (where the guards look at it)
+            # "all pods loading", "uncapped by the engines' demand (x1.80)", "" (the plain value); and the
+            # present value (the newest readings'), when the answer would scale down (where the guards look)
             "decided": result.decided,
             "present": result.present,
         }

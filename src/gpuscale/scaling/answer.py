@@ -28,13 +28,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from .aggregate import Evaluation, GpuSeries, aggregate, evaluate
-from .engine import EngineSeries, gauge, pod_value
+from .engine import EngineSeries, finished_rate, gauge, pod_value
 from .errors import MissingPods, NoDataError, UnattributedPods
 from .forecast import Forecast, forecast
 from .keys import ADDITIVE_METRICS, ENGINE_METRICS
 from .metadata import TriggerMetadata
 
-__all__ = ["HPA_TOLERANCE", "NO_PODS", "GpuPod", "Missing", "answer", "missing_pods"]
+__all__ = ["HPA_TOLERANCE", "NO_PODS", "GpuPod", "Missing", "answer", "demand_ratio", "missing_pods"]
 
 NO_PODS = Evaluation(
     value=0.0, aggregate=0.0, active=False, gpus=0, pods=0, skipped=0, newest_sample_age=math.inf
@@ -136,6 +136,8 @@ def answer(
         result = replace(result, loading=len(loading))
     if result.missing or result.pods == 0:
         return result
+    if md.metric == "gpu_utilization":
+        result = _uncap(md, result, engines, now)
     count = _count(result, replicas)
     if _ceil_ratio(result.value, md.target_value) >= count:
         return result  # not a scale-down: the guard has nothing to hold (and the newest value is not needed)
@@ -179,6 +181,48 @@ def _gpu_answer(
         raise _missing(workload, md, missing, fresh)
     value = _hpa_rule(md, result.aggregate, fresh, len(missing), replicas)
     return replace(result, value=value, active=True, missing=len(missing), missing_where=_where(missing))
+
+
+def demand_ratio(
+    md: TriggerMetadata, engines: Sequence[EngineSeries], pods: frozenset[str], now: float
+) -> float | None:
+    """What the engines of ``pods`` are asked over what they serve, over the trigger's window: the requests
+    arriving per second (``request_rate``'s arrivals: finished + the growth of those waiting and running)
+    over those finished per second, summed over the pods. ``None`` unless every one of ``pods`` has an
+    engine that says both (the finished counter and the queue gauges) and some request finished."""
+    by_pod = {e.pod: e for e in engines if not e.departed}
+    arriving = served = 0.0
+    rate_md = replace(md, metric="request_rate")
+    for pod in pods:
+        e = by_pod.get(pod)
+        if e is None or e.missing is not None or not e.samples:
+            return None
+        a = pod_value(rate_md, e.samples, now)
+        f = finished_rate(md, e.samples, now)
+        if a is None or f is None:
+            return None
+        arriving += a
+        served += max(0.0, f)
+    if served <= 0:
+        return None
+    return arriving / served
+
+
+def _uncap(
+    md: TriggerMetadata, result: Evaluation, engines: Sequence[EngineSeries], now: float
+) -> Evaluation:
+    """GPU utilization saturates at 100 %: it says what is served, not what is asked. Where the engines of
+    every pod the answer counts say both (``demand_ratio``), the answer is the utilization the demand would
+    take, ``value x arriving / served``, when that is more than the HPA's tolerance above it. It only ever
+    raises the answer: a draining queue (fewer arriving than served) leaves the utilization as it is."""
+    if not engines or not result.fresh_pods:
+        return result
+    ratio = demand_ratio(md, engines, result.fresh_pods, now)
+    if ratio is None or ratio <= 1.0 + HPA_TOLERANCE:
+        return result
+    return replace(
+        result, value=result.value * ratio, decided=f"uncapped by the engines' demand (x{ratio:.2f})"
+    )
 
 
 def _engine_answer(

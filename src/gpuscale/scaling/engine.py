@@ -42,6 +42,7 @@ __all__ = [
     "HistogramField",
     "arrival_rate",
     "counter_rate",
+    "finished_rate",
     "gauge",
     "histogram_delta",
     "histogram_quantile",
@@ -279,6 +280,15 @@ class EngineSeries:
     samples: Sequence[EngineSample]
     missing: str | None = None
     departed: bool = False
+
+
+def finished_rate(md: TriggerMetadata, samples: Sequence[EngineSample], now: float) -> float | None:
+    """One pod's requests finished per second over ``md``'s window (what its engine serves; the fresh
+    readings, at least the newest two), ``None`` when its engine has no finished counter."""
+    fresh = in_window(samples, now, md.stale_after)
+    if not fresh:
+        return None
+    return counter_rate(fresh, now, max(md.window, _two_samples(fresh, now)), "requests_finished", md.model)
 
 
 def pod_value(md: TriggerMetadata, samples: Sequence[EngineSample], now: float) -> float | None:

@@ -299,7 +299,7 @@ def _trigger_value(policy: Policy, src: MetricSource, run: _Run, t: int) -> tupl
     series = gpuscale_series(run.samples, visible)
     engines = (
         engine_series(run.engines, series, visible, run.departed)
-        if trig.metadata.metric in ENGINE_METRICS
+        if trig.metadata.metric in ENGINE_METRICS or policy.gpuscale.read_engines
         else ()
     )
     running = set(run.history[-1].ready) | set(run.history[-1].loading) if run.history else set()
@@ -414,9 +414,10 @@ def _count_requests(run: _Run, obs: Observation) -> None:
 
 
 def _reads_engines(policy: Policy) -> bool:
-    """Whether a trigger of the policy is a gpuscale engine metric (then the agents read the engines)."""
+    """Whether the agents read the engines for the policy: a trigger of it is a gpuscale engine metric, or
+    its pipeline says so (``readEngines``: the pods announce their engines' /metrics) for a GPU trigger."""
     metrics = {s.trigger.metadata.metric for s in policy.sources if s.trigger and s.trigger.metadata}
-    return bool(metrics & ENGINE_METRICS)
+    return bool(metrics & ENGINE_METRICS) or (bool(metrics) and policy.gpuscale.read_engines)
 
 
 def _horizon(policy: Policy) -> int:

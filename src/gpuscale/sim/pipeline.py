@@ -92,6 +92,9 @@ def parse_signal(text: str) -> Signal | None:
 class GpuscalePipeline:
     sampling_interval: int = 1
     delay_seconds: int = 0
+    # the agents also read the engines for a GPU trigger (the pods announce their /metrics): then a
+    # GPU-utilization answer is uncapped by the engines' demand; engine triggers always read them
+    read_engines: bool = False
 
 
 @dataclass(frozen=True)
