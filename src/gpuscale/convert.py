@@ -199,6 +199,7 @@ _ENGINE_FIELDS = (
     "prompt_tokens",
     "generation_tokens",
     "requests_finished",
+    "requests_aborted",
 )
 
 

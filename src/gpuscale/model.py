@@ -258,8 +258,11 @@ class ModelSignals:
     ``waiting``/``running``: requests queued / in the running batch; ``kv_cache_usage``: percent 0-100;
     ``ttft``/``itl``: time to first token and inter-token latency histograms (seconds); ``prompt_tokens``/
     ``generation_tokens``: counters since the engine started; ``requests_finished``: requests the engine has
-    finished since it started (a counter), from which, with ``waiting`` and ``running``, the requests arriving
-    per second follow (finished + growth of those in flight)."""
+    finished since it started (a counter), from which, with ``waiting`` and ``running``, the requests
+    arriving per second follow (finished + growth of those in flight); ``requests_aborted``: of those
+    finished, the ones the engine aborted (vLLM's ``finished_reason="abort"``, a request cancelled or timed
+    out while waiting or running): finished less aborted is what it served. ``None`` where the finished
+    counter holds no aborts (SGLang, TGI and Triton count only the requests they completed)."""
 
     model: str
     waiting: float | None = None
@@ -270,6 +273,7 @@ class ModelSignals:
     prompt_tokens: float | None = None
     generation_tokens: float | None = None
     requests_finished: float | None = None
+    requests_aborted: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

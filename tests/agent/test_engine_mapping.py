@@ -113,6 +113,7 @@ def test_vllm_before_0_9_and_data_parallel_engines() -> None:
             itl=hist((0.01,), (3.0, 5.0)),
             generation_tokens=150.0,
             requests_finished=15.0,  # every finished_reason of both engines
+            requests_aborted=1.0,  # the abort series alone: 15 finished, 14 served
         ),
     )
     assert got.notes == (

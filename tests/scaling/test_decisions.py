@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
@@ -12,7 +13,7 @@ from gpuscale.model import EngineSample, GpuSample, ModelSignals
 from gpuscale.scaling import GpuSeries, TriggerMetadata, parse_metadata
 from gpuscale.scaling.answer import GpuPod, answer
 from gpuscale.scaling.engine import EngineSeries
-from gpuscale.scaling.errors import MissingPods
+from gpuscale.scaling.errors import MetadataError, MissingPods
 from gpuscale.scaling.forecast import TAU_MIN, forecast, kendall_tau, sen_slope
 
 NOW = 10_000.0
@@ -272,8 +273,58 @@ def _saturated(pods: dict[str, float]) -> list[GpuSeries]:
 
 
 def _serving(pod: str, arrivals: float, served: float) -> EngineSeries:
-    """An engine that serves ``served`` requests/s of the ``arrivals`` asked: its queue grows by the rest."""
-    return engine(pod, lambda t: arrivals, in_flight=lambda t: 20.0 + (arrivals - served) * (t - NOW + 130))
+    """An engine that serves ``served`` requests/s of the ``arrivals`` asked: its queue grows by the rest
+    (or, with fewer arriving, drains to 20 in flight at NOW)."""
+    rate = arrivals - served
+    return engine(
+        pod,
+        lambda t: arrivals,
+        in_flight=lambda t: 20.0 + abs(rate) * ((t - NOW + 130) if rate > 0 else (NOW - t)),
+    )
+
+
+def test_a_queue_at_its_timeout_sheds_aborts_which_are_not_served() -> None:
+    """The queue stopped growing: clients give up after waiting, and the engine aborts those requests, 4 a
+    second of the 9 arriving (vLLM counts them under ``finished_reason="abort"``). Finished reads 9 a second,
+    arrivals 9: without the aborts the demand would look served. Served is finished less aborted, 5: the
+    answer is still uncapped by 9 / 5."""
+    md = parse_metadata(
+        {"metric": "gpu_utilization", "aggregation": "avg", "targetValue": "70", "window": "10"}
+    )
+    readings = []
+    for k in range(30, -1, -1):
+        t = NOW - k
+        m = ModelSignals(
+            "m",
+            waiting=300.0,
+            running=20.0,
+            requests_finished=9.0 * (30 - k),
+            requests_aborted=4.0 * (30 - k),
+        )
+        readings.append(EngineSample(t, "vllm", (m,)))
+    pods = [GpuPod("a", "n1", ready=True)]
+    result = answer(
+        md, _saturated({"a": 100.0}), now=NOW, gpu_pods=pods, engines=[EngineSeries("a", readings)]
+    )
+    assert result.value == pytest.approx(180.0)
+    # an engine whose counter holds no aborts (SGLang, TGI, Triton count completed requests only) is read as
+    # it counts: 5 finished a second, the queue flat, so 5 arriving and 5 served: not uncapped
+    completed = [
+        EngineSample(
+            r.timestamp,
+            "sglang",
+            (
+                replace(
+                    r.models[0], requests_finished=5.0 * (30 - (NOW - r.timestamp)), requests_aborted=None
+                ),
+            ),
+        )
+        for r in readings
+    ]
+    result = answer(
+        md, _saturated({"a": 100.0}), now=NOW, gpu_pods=pods, engines=[EngineSeries("a", completed)]
+    )
+    assert result.value == pytest.approx(100.0)
 
 
 def test_gpu_utilization_pinned_at_100_is_uncapped_by_the_engines_demand() -> None:
@@ -337,3 +388,50 @@ def test_uncapping_needs_every_counted_pods_engine() -> None:
         assert result.value == pytest.approx(200.0) and result.decided == ""
     result = answer(md, series, now=NOW, gpu_pods=pods, engines=[a])
     assert result.value == pytest.approx(200.0)
+
+
+def test_engine_demand_off_leaves_the_utilization_as_measured() -> None:
+    pods = [GpuPod("a", "n1", ready=True), GpuPod("b", "n2", ready=True)]
+    engines = [_serving("a", 9.0, 5.0), _serving("b", 9.0, 5.0)]
+    for extra, value in (({}, 360.0), ({"engineDemand": "auto"}, 360.0), ({"engineDemand": "off"}, 200.0)):
+        md = parse_metadata(
+            {"metric": "gpu_utilization", "aggregation": "avg", "targetValue": "70", "window": "10", **extra}
+        )
+        result = answer(md, _saturated({"a": 100.0, "b": 100.0}), now=NOW, gpu_pods=pods, engines=engines)
+        assert result.value == pytest.approx(value, rel=0.01), extra
+    # batch-inference keeps its GPUs saturated on sustained load: it does not follow the engines' backlog
+    batch = parse_metadata({"profile": "batch-inference"})
+    assert batch.engine_demand == "off"
+    result = answer(batch, _saturated({"a": 100.0, "b": 100.0}), now=NOW, gpu_pods=pods, engines=engines)
+    assert result.value == pytest.approx(200.0)
+
+
+@pytest.mark.parametrize(
+    ("metadata", "problem"),
+    [
+        (
+            {"metric": "queue_length", "targetValue": "5", "engineDemand": "off"},
+            'parameter "engineDemand" value "off" is only allowed with metric gpu_utilization (what the engines '
+            'uncap); metric is "queue_length"',
+        ),
+        (
+            {"metric": "gpu_utilization", "targetValue": "70", "scope": "node", "engineDemand": "auto"},
+            'parameter "engineDemand" value "auto" is only allowed with scope "workload" (the engines are read '
+            'per pod); scope is "node"',
+        ),
+        (
+            {"metric": "gpu_utilization", "targetValue": "70", "engineDemand": "on"},
+            'parameter "engineDemand" value "on" must be one of',
+        ),
+    ],
+)
+def test_bad_engine_demand_names_the_key(metadata: dict[str, str], problem: str) -> None:
+    with pytest.raises(MetadataError) as info:
+        parse_metadata(metadata)
+    assert any(p.startswith(problem) for p in info.value.problems), info.value.problems
+
+
+def test_a_profiles_engine_demand_does_not_carry_to_another_scope_or_metric() -> None:
+    assert parse_metadata({"profile": "batch-inference", "scope": "node"}).engine_demand is None
+    md = parse_metadata({"profile": "batch-inference", "metric": "power_percent", "targetValue": "75"})
+    assert md.engine_demand is None

@@ -168,3 +168,13 @@ def test_bad_oracle_input_names_the_field(policy: str, expected: tuple[str, ...]
     with pytest.raises(ScenarioError) as info:
         parse_scenario(head + policy)
     assert info.value.problems == expected
+
+
+def test_an_oracle_through_the_hpa_at_zero_replicas_with_a_minimum_still_scales() -> None:
+    """initialReplicas 0 and minReplicas 1: the HPA alone is disabled at zero replicas (ScalingDisabled), but
+    the oracle's ask is not: the first sync brings it to its minimum, and the next ones to the demand."""
+    text = STEP.replace("QUEUE", "0").replace("DRAIN", "true").replace("CONTROLLER", "hpa")
+    text = text.replace("initialReplicas: 2", "initialReplicas: 0")
+    (tl,) = run_scenario(parse_scenario(text)).timelines
+    assert tl.desired[0] == 1
+    assert max(tl.desired[100:400]) == 8

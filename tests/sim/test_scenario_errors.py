@@ -85,6 +85,20 @@ def test_one_problem_names_field_value_and_allowed(replace: tuple[str, str], exp
     assert problems(HEAD + GOOD_POLICY + bad) == (expected,)
 
 
+def test_read_engines_needs_a_gpu_utilization_trigger_in_workload_scope() -> None:
+    """The simulated agents read the engines for a GPU trigger that can use them; on a prometheus trigger the
+    flag would be silently ignored, so it is an error."""
+    bad = GOOD_POLICY.replace("{prometheus: {signal:", "{gpuscale: {readEngines: true}, prometheus: {signal:")
+    assert problems(HEAD + bad) == (
+        "policies[0].pipeline.gpuscale.readEngines: applies to a gpuscale gpu_utilization trigger in scope "
+        "workload (engine metrics always read the engines), and this policy has none",
+    )
+    wrong = GOOD_POLICY.replace("{prometheus: {signal:", "{gpuscale: {readEngines: 1}, prometheus: {signal:")
+    assert problems(HEAD + wrong) == (
+        'policies[0].pipeline.gpuscale.readEngines: value "1" must be true or false',
+    )
+
+
 def test_all_problems_are_collected() -> None:
     text = (
         """
@@ -264,7 +278,7 @@ def test_the_trigger_is_the_scalers_parse_of_the_metadata() -> None:
         (
             '{scalerAddress: a, targetValue: "70", aggregation: mean, windw: "5"}',
             'policies[0].scaledObject.spec.triggers[0].metadata: parameter "windw" is not known (did you mean '
-            '"window"?); known parameters are [activationValue, aggregation, kvCacheGuard, maxMissingPercent, metric, model, namespace, nodeSelector, '
+            '"window"?); known parameters are [activationValue, aggregation, engineDemand, kvCacheGuard, maxMissingPercent, metric, model, namespace, nodeSelector, '
             "podSelector, profile, scaleAhead, scope, share, staleAfter, targetValue, window]\n"
             'policies[0].scaledObject.spec.triggers[0].metadata: parameter "aggregation" value "mean" must be '
             "one of [avg, max, min, p50, p90, p95, p99, sum]",

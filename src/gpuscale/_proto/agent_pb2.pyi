@@ -253,6 +253,7 @@ class EngineModel(_message.Message):
     PROMPT_TOKENS_FIELD_NUMBER: _builtins.int
     GENERATION_TOKENS_FIELD_NUMBER: _builtins.int
     REQUESTS_FINISHED_FIELD_NUMBER: _builtins.int
+    REQUESTS_ABORTED_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     waiting: _builtins.float
     running: _builtins.float
@@ -264,6 +265,10 @@ class EngineModel(_message.Message):
     """Requests the engine has finished since it started (a counter; vLLM's vllm:request_success_total summed
     over finished_reason, SGLang's sglang:num_requests_total, TGI's tgi_request_success, Triton's
     nv_inference_request_success). Unset: not exposed, or an agent older than this field.
+    """
+    requests_aborted: _builtins.float
+    """Of those, the requests the engine aborted (vLLM's vllm:request_success_total{finished_reason="abort"}):
+    finished less aborted is what it served. Unset: its finished counter holds no aborts, or an older agent.
     """
     @_builtins.property
     def ttft(self) -> Global___Histogram:
@@ -285,10 +290,11 @@ class EngineModel(_message.Message):
         prompt_tokens: _builtins.float | None = ...,
         generation_tokens: _builtins.float | None = ...,
         requests_finished: _builtins.float | None = ...,
+        requests_aborted: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_generation_tokens", b"_generation_tokens", "_kv_cache_usage", b"_kv_cache_usage", "_prompt_tokens", b"_prompt_tokens", "_requests_finished", b"_requests_finished", "_running", b"_running", "_waiting", b"_waiting", "generation_tokens", b"generation_tokens", "itl", b"itl", "kv_cache_usage", b"kv_cache_usage", "prompt_tokens", b"prompt_tokens", "requests_finished", b"requests_finished", "running", b"running", "ttft", b"ttft", "waiting", b"waiting"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_generation_tokens", b"_generation_tokens", "_kv_cache_usage", b"_kv_cache_usage", "_prompt_tokens", b"_prompt_tokens", "_requests_aborted", b"_requests_aborted", "_requests_finished", b"_requests_finished", "_running", b"_running", "_waiting", b"_waiting", "generation_tokens", b"generation_tokens", "itl", b"itl", "kv_cache_usage", b"kv_cache_usage", "prompt_tokens", b"prompt_tokens", "requests_aborted", b"requests_aborted", "requests_finished", b"requests_finished", "running", b"running", "ttft", b"ttft", "waiting", b"waiting"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_generation_tokens", b"_generation_tokens", "_kv_cache_usage", b"_kv_cache_usage", "_prompt_tokens", b"_prompt_tokens", "_requests_finished", b"_requests_finished", "_running", b"_running", "_waiting", b"_waiting", "generation_tokens", b"generation_tokens", "itl", b"itl", "kv_cache_usage", b"kv_cache_usage", "model", b"model", "prompt_tokens", b"prompt_tokens", "requests_finished", b"requests_finished", "running", b"running", "ttft", b"ttft", "waiting", b"waiting"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_generation_tokens", b"_generation_tokens", "_kv_cache_usage", b"_kv_cache_usage", "_prompt_tokens", b"_prompt_tokens", "_requests_aborted", b"_requests_aborted", "_requests_finished", b"_requests_finished", "_running", b"_running", "_waiting", b"_waiting", "generation_tokens", b"generation_tokens", "itl", b"itl", "kv_cache_usage", b"kv_cache_usage", "model", b"model", "prompt_tokens", b"prompt_tokens", "requests_aborted", b"requests_aborted", "requests_finished", b"requests_finished", "running", b"running", "ttft", b"ttft", "waiting", b"waiting"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__generation_tokens: _TypeAlias = _typing.Literal["generation_tokens"]  # noqa: Y015
     _WhichOneofArgType__generation_tokens: _TypeAlias = _typing.Literal["_generation_tokens", b"_generation_tokens"]  # noqa: Y015
@@ -296,6 +302,8 @@ class EngineModel(_message.Message):
     _WhichOneofArgType__kv_cache_usage: _TypeAlias = _typing.Literal["_kv_cache_usage", b"_kv_cache_usage"]  # noqa: Y015
     _WhichOneofReturnType__prompt_tokens: _TypeAlias = _typing.Literal["prompt_tokens"]  # noqa: Y015
     _WhichOneofArgType__prompt_tokens: _TypeAlias = _typing.Literal["_prompt_tokens", b"_prompt_tokens"]  # noqa: Y015
+    _WhichOneofReturnType__requests_aborted: _TypeAlias = _typing.Literal["requests_aborted"]  # noqa: Y015
+    _WhichOneofArgType__requests_aborted: _TypeAlias = _typing.Literal["_requests_aborted", b"_requests_aborted"]  # noqa: Y015
     _WhichOneofReturnType__requests_finished: _TypeAlias = _typing.Literal["requests_finished"]  # noqa: Y015
     _WhichOneofArgType__requests_finished: _TypeAlias = _typing.Literal["_requests_finished", b"_requests_finished"]  # noqa: Y015
     _WhichOneofReturnType__running: _TypeAlias = _typing.Literal["running"]  # noqa: Y015
@@ -308,6 +316,8 @@ class EngineModel(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__kv_cache_usage) -> _WhichOneofReturnType__kv_cache_usage | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__prompt_tokens) -> _WhichOneofReturnType__prompt_tokens | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__requests_aborted) -> _WhichOneofReturnType__requests_aborted | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__requests_finished) -> _WhichOneofReturnType__requests_finished | None: ...
     @_typing.overload

@@ -180,6 +180,8 @@ def _decisions(md: TriggerMetadata) -> str:
         out += f", kvCacheGuard {md.kv_cache_guard:g}"
     if md.scale_ahead != "off":
         out += f", scaleAhead {md.scale_ahead}"
+    if md.engine_demand is not None:
+        out += f", engineDemand {md.engine_demand}"
     return out
 
 

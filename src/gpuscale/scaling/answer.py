@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from .aggregate import Evaluation, GpuSeries, aggregate, evaluate
-from .engine import EngineSeries, finished_rate, gauge, pod_value
+from .engine import EngineSeries, gauge, pod_value, served_rate
 from .errors import MissingPods, NoDataError, UnattributedPods
 from .forecast import Forecast, forecast
 from .keys import ADDITIVE_METRICS, ENGINE_METRICS
@@ -136,7 +136,7 @@ def answer(
         result = replace(result, loading=len(loading))
     if result.missing or result.pods == 0:
         return result
-    if md.metric == "gpu_utilization":
+    if md.metric == "gpu_utilization" and md.engine_demand != "off":
         result = _uncap(md, result, engines, now)
     count = _count(result, replicas)
     if _ceil_ratio(result.value, md.target_value) >= count:
@@ -188,8 +188,9 @@ def demand_ratio(
 ) -> float | None:
     """What the engines of ``pods`` are asked over what they serve, over the trigger's window: the requests
     arriving per second (``request_rate``'s arrivals: finished + the growth of those waiting and running)
-    over those finished per second, summed over the pods. ``None`` unless every one of ``pods`` has an
-    engine that says both (the finished counter and the queue gauges) and some request finished."""
+    over those served per second (finished less aborted: a queue at its timeout sheds requests as aborts,
+    which are not served), summed over the pods. ``None`` unless every one of ``pods`` has an engine that
+    says both (the finished counter and the queue gauges) and some request was served."""
     by_pod = {e.pod: e for e in engines if not e.departed}
     arriving = served = 0.0
     rate_md = replace(md, metric="request_rate")
@@ -198,11 +199,11 @@ def demand_ratio(
         if e is None or e.missing is not None or not e.samples:
             return None
         a = pod_value(rate_md, e.samples, now)
-        f = finished_rate(md, e.samples, now)
+        f = served_rate(md, e.samples, now)
         if a is None or f is None:
             return None
         arriving += a
-        served += max(0.0, f)
+        served += f
     if served <= 0:
         return None
     return arriving / served

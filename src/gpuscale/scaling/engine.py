@@ -42,7 +42,6 @@ __all__ = [
     "HistogramField",
     "arrival_rate",
     "counter_rate",
-    "finished_rate",
     "gauge",
     "histogram_delta",
     "histogram_quantile",
@@ -50,10 +49,11 @@ __all__ = [
     "merge",
     "pod_value",
     "quantile",
+    "served_rate",
 ]
 
 GaugeField = Literal["waiting", "running", "kv_cache_usage"]
-CounterField = Literal["prompt_tokens", "generation_tokens", "requests_finished"]
+CounterField = Literal["prompt_tokens", "generation_tokens", "requests_finished", "requests_aborted"]
 HistogramField = Literal["ttft", "itl"]
 
 
@@ -282,13 +282,19 @@ class EngineSeries:
     departed: bool = False
 
 
-def finished_rate(md: TriggerMetadata, samples: Sequence[EngineSample], now: float) -> float | None:
-    """One pod's requests finished per second over ``md``'s window (what its engine serves; the fresh
-    readings, at least the newest two), ``None`` when its engine has no finished counter."""
+def served_rate(md: TriggerMetadata, samples: Sequence[EngineSample], now: float) -> float | None:
+    """One pod's requests served per second over ``md``'s window (the fresh readings, at least the newest
+    two): those finished less those aborted (a request abandoned in the queue leaves it as an abort, served
+    by nobody), ``None`` when its engine has no finished counter. Never negative."""
     fresh = in_window(samples, now, md.stale_after)
     if not fresh:
         return None
-    return counter_rate(fresh, now, max(md.window, _two_samples(fresh, now)), "requests_finished", md.model)
+    window = max(md.window, _two_samples(fresh, now))
+    finished = counter_rate(fresh, now, window, "requests_finished", md.model)
+    if finished is None:
+        return None
+    aborted = counter_rate(fresh, now, window, "requests_aborted", md.model)
+    return max(0.0, finished - (aborted if aborted is not None and aborted > 0 else 0.0))
 
 
 def pod_value(md: TriggerMetadata, samples: Sequence[EngineSample], now: float) -> float | None:

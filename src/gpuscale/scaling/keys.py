@@ -27,6 +27,7 @@ from typing import Final, Literal, get_args
 __all__ = [
     "ADDITIVE_METRICS",
     "AGGREGATIONS",
+    "ENGINE_DEMAND",
     "ENGINE_METRICS",
     "KEDA_KEYS",
     "KEYS",
@@ -97,6 +98,7 @@ ADDITIVE_METRICS: Final = frozenset(
     {"generation_tokens_per_second", "queue_length", "request_rate", "requests_in_flight"}
 )
 SCALE_AHEAD: Final = ("auto", "off")
+ENGINE_DEMAND: Final = ("auto", "off")
 AGGREGATIONS: Final[tuple[Aggregation, ...]] = get_args(Aggregation)
 SCOPES: Final[tuple[Scope, ...]] = get_args(Scope)
 SHARES: Final[tuple[Share, ...]] = get_args(Share)
@@ -205,6 +207,14 @@ KEYS: Final[tuple[Key, ...]] = (
         "present value until a pod has been seen starting). Only with `request_rate`, `queue_length`, "
         "`requests_in_flight`, `generation_tokens_per_second`",
         default="off", profile=True, choices=SCALE_AHEAD),
+    Key("engineDemand", "engine_demand", "choice",
+        "GPU utilization saturates at 100 %: it says what is served, not what is asked. Where the engine of "
+        "every pod the answer counts reports its finished requests and queue, the answer is the utilization "
+        "the demand would take, `value x arriving / served` (arrivals as `request_rate` counts them, served: "
+        "finished less aborted), when that is more than the HPA's 10 % tolerance above it; never lowered. "
+        "See [decisions](decisions.md#the-mechanisms).",
+        "`auto`; `off`: the utilization as measured. Only with `gpu_utilization` in scope `workload`",
+        default_doc="auto (with `gpu_utilization` in workload scope)", profile=True, choices=ENGINE_DEMAND),
     Key("kvCacheGuard", "kv_cache_guard", "number",
         "Engine metrics: a floor from the KV cache. The answer never asks for fewer replicas than would keep "
         "the Ready pods' mean KV-cache fill at or below this (%): `ceil(Ready pods x mean fill / "

@@ -73,6 +73,7 @@ class TriggerMetadata:
     model: str | None = None
     scale_ahead: str = "off"
     kv_cache_guard: float | None = None
+    engine_demand: str | None = None  # None: auto where it applies (gpu_utilization, workload scope)
 
     @property
     def metric_name(self) -> str:
@@ -128,7 +129,13 @@ def parse_metadata(metadata: Mapping[str, str], profiles: ProfileSet | None = No
     origin: dict[str, str] = {}
     for key in _PROFILE_KEYS:
         from_profile = field_value(profile, key) if profile is not None else None
-        if foreign and key in ("targetValue", "activationValue", "kvCacheGuard", "scaleAhead"):
+        if foreign and key in (
+            "targetValue",
+            "activationValue",
+            "kvCacheGuard",
+            "scaleAhead",
+            "engineDemand",
+        ):
             from_profile = None
         if key in explicit:
             values[key], origin[key] = explicit[key], ""
@@ -145,6 +152,8 @@ def parse_metadata(metadata: Mapping[str, str], profiles: ProfileSet | None = No
         problems.append(f'parameter "targetValue" is required ({why}); give a number greater than 0')
 
     scope = values.get("scope")
+    if "engineDemand" in values and origin.get("engineDemand") and scope != "workload":
+        del values["engineDemand"]  # a profile's choice for the engines of a workload: nothing to uncap here
     selectors = _selectors(raw, scope, problems)
     model = raw.get("model")
     if model is not None:
@@ -169,6 +178,7 @@ def parse_metadata(metadata: Mapping[str, str], profiles: ProfileSet | None = No
         stale_after=cast(float | None, values.get("staleAfter")),
         scale_ahead=cast(str | None, values.get("scaleAhead")),
         kv_cache_guard=cast(float | None, values.get("kvCacheGuard")),
+        engine_demand=cast(str | None, values.get("engineDemand")),
     ):
         shown = raw[key] if origin.get(key) == "" else bad
         problems.append(f'parameter "{key}" value {show(shown)}{origin.get(key, "")} {tail}')
@@ -194,6 +204,7 @@ def parse_metadata(metadata: Mapping[str, str], profiles: ProfileSet | None = No
         kv_cache_guard=None
         if values.get("kvCacheGuard") is None
         else float(cast(float, values["kvCacheGuard"])),
+        engine_demand=cast(str | None, values.get("engineDemand")),
     )
 
 

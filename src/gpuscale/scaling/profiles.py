@@ -105,6 +105,7 @@ def combination_problems(
     stale_after: float | None,
     scale_ahead: str | None = None,
     kv_cache_guard: float | None = None,
+    engine_demand: str | None = None,
 ) -> list[tuple[str, float | str, str]]:
     """Problems of fields that are fine alone but not together: ``(key, value, "must be …")``.
     A ``None`` field is not known yet; checks needing it are skipped."""
@@ -153,6 +154,12 @@ def combination_problems(
         allowed = ", ".join(sorted(keys.ENGINE_METRICS))
         why = f'is only allowed with an engine metric ({allowed}); metric is "{metric}"'
         out.append(("kvCacheGuard", kv_cache_guard, why))
+    if engine_demand is not None and metric is not None and metric != "gpu_utilization":
+        why = f'is only allowed with metric gpu_utilization (what the engines uncap); metric is "{metric}"'
+        out.append(("engineDemand", engine_demand, why))
+    elif engine_demand is not None and scope is not None and scope != "workload":
+        why = f'is only allowed with scope "workload" (the engines are read per pod); scope is "{scope}"'
+        out.append(("engineDemand", engine_demand, why))
     if window is not None and stale_after is not None and window > stale_after:
         out.append(
             ("window", window, f"must be at most staleAfter ({stale_after:g}): older samples never count")
@@ -176,6 +183,7 @@ class Profile:
     scope: Scope | None = None
     share: Share | None = None
     scale_ahead: str | None = None
+    engine_demand: str | None = None
     kv_cache_guard: float | None = None
 
     def as_metadata(self) -> dict[str, str]:
@@ -197,8 +205,9 @@ def _builtin(name: str, description: str, metric: Metric, aggregation: Aggregati
 
 # name, description, metric, aggregation, targetValue, activationValue, window, staleAfter
 BUILTIN_PROFILES: tuple[Profile, ...] = (
-    _builtin("batch-inference", "offline, queue-fed inference: keep every GPU busy, scale on sustained load",
-             "gpu_utilization", "avg", 90, 0, 60, 90),
+    replace(_builtin("batch-inference",
+                     "offline, queue-fed inference: keep every GPU busy, scale on sustained load",
+                     "gpu_utilization", "avg", 90, 0, 60, 90), engine_demand="off"),
     _builtin("llm-latency", "LLM servers scaled on their engine's time to first token (p95, seconds)",
              "ttft_p95", "avg", 1.0, 0, 30, 45),
     replace(_builtin("llm-serving", "LLM servers on their engine's waiting requests, with a KV-cache guard",
@@ -348,6 +357,7 @@ def _profile(name: object, body: object, known: Mapping[str, Profile], problems:
         stale_after=profile.stale_after,
         scale_ahead=profile.scale_ahead,
         kv_cache_guard=profile.kv_cache_guard,
+        engine_demand=profile.engine_demand,
     ):
         problems.append(f'{where} field "{key}": value {show(value)} {tail}')
     return profile if len(problems) == before else None

@@ -189,13 +189,14 @@ def reconcile(
 ) -> Reconcile:
     """``reconcileAutoscaler``. ``readings`` line up with ``spec.metrics``; None = the metric's API failed.
     ``proposed``: the replicas an oracle asks for, in place of what the metrics propose (exact, so no
-    tolerance); everything after the metrics (stabilization, rate limits, bounds) applies as upstream."""
+    tolerance; and from zero replicas, as KEDA's activation would, where the HPA alone is disabled);
+    everything after the metrics (stabilization, rate limits, bounds) applies as upstream."""
     current = target.spec_replicas
     if not state.recommendations:  # recordInitialRecommendation
         state = HpaState((TimedValue(current, now),), state.up_events, state.down_events)
     min_r = spec.min_replicas
     metric_replicas: int | None = None
-    if current == 0 and min_r != 0:
+    if current == 0 and min_r != 0 and proposed is None:  # an oracle's ask is never disabled
         return Reconcile(state, 0, False, None, "ScalingDisabled: the target has zero replicas")
     if current > spec.max_replicas:
         desired, reason = spec.max_replicas, "current replicas above maxReplicas"

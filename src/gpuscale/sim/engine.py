@@ -164,8 +164,9 @@ class _Run:
     # pods deleted and still holding their GPUs: (pod, the second it is gone)
     terminating: tuple[tuple[Pod, int], ...] = ()
     queue: EngineQueue = field(default_factory=lambda: EngineQueue(0))
-    # each Ready pod's engine counters: (requests finished so far, requests in flight at its last reading)
-    counters: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # each Ready pod's engine counters: (requests finished so far, requests in flight at its last reading,
+    # of the finished those aborted: abandoned in the queue)
+    counters: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     # the workload's cold start as the scaler learns it from its pods (scheduled to Ready)
     cold_starts: ColdStarts = field(default_factory=ColdStarts)
 
@@ -375,6 +376,7 @@ def _sample_gpus(
             running=obs.running / n,
             kv_cache_usage=obs.kv_cache,
             requests_finished=run.counters[name][0],
+            requests_aborted=run.counters[name][2],
         )
         reading = EngineSample(float(t), "vllm", (signals,))
         readings = run.engines.setdefault(name, [])
@@ -390,8 +392,9 @@ _WORKLOAD = "sim"
 def _count_requests(run: _Run, obs: Observation) -> None:
     """Each Ready pod's finished-requests counter, advanced by one second: the router splits the arrivals
     between the Ready pods, and what a pod did not keep in flight it finished (or aborted: an abandoned
-    request is finished with ``finished_reason="abort"`` in vLLM's counter), so its arrivals are its finished
-    requests plus the growth of its waiting and running ones, as on a real engine. A pod's first second
+    request is finished with ``finished_reason="abort"`` in vLLM's counter, and its aborted counter grows by
+    its share of the abandoned), so its arrivals are its finished requests plus the growth of its waiting
+    and running ones, as on a real engine. A pod's first second
     Ready is its baseline. When a pod leaves, the simulator's one queue moves its share to the others; their
     counters never go back (no counter does), so that second their arrivals read high: an error only on
     scale-down, and on the side that keeps replicas."""
@@ -402,14 +405,16 @@ def _count_requests(run: _Run, obs: Observation) -> None:
     n = len(ready)
     share = (obs.waiting + obs.running) / n
     arrivals = obs.demand / n
-    counters: dict[str, tuple[float, float]] = {}
+    abandoned = obs.abandoned / n
+    counters: dict[str, tuple[float, float, float]] = {}
     for name in ready:
         before = run.counters.get(name)
         if before is None:
-            counters[name] = (0.0, share)
+            counters[name] = (0.0, share, 0.0)
             continue
-        finished, in_flight = before
-        counters[name] = (finished + max(0.0, arrivals - (share - in_flight)), share)
+        finished, in_flight, aborted = before
+        done = max(0.0, arrivals - (share - in_flight))
+        counters[name] = (finished + done, share, aborted + min(done, abandoned))
     run.counters = counters
 
 

@@ -508,6 +508,18 @@ def parse_policy(c: Checker, raw: object, path: str, profiles: ProfileSet | None
         policy = _hpa(c, doc, f"{path}.hpa", prom_raw) if doc is not None else None
     if policy is None:
         return None
+    if gpuscale.read_engines and not any(
+        s.trigger is not None
+        and s.trigger.metadata is not None
+        and s.trigger.metadata.metric == "gpu_utilization"
+        and s.trigger.metadata.scope == "workload"
+        for s in policy.sources
+    ):
+        c.fail(
+            f"{path}.pipeline.gpuscale.readEngines",
+            "applies to a gpuscale gpu_utilization trigger in scope workload (engine metrics always read the "
+            "engines), and this policy has none",
+        )
     initial = c.integer(raw, "initialReplicas", path, default=-1, minimum=0)
     return Policy(
         name=name,

@@ -278,6 +278,7 @@ class Observation:
     running: float = 0.0
     kv_cache: float = math.nan
     ttft: float = math.nan
+    abandoned: float = 0.0  # requests abandoned this second (waited ``max_queue_seconds``): aborted
 
     def samples(self) -> dict[str, float]:
         values = dict.fromkeys(self.loading, 0.0)
@@ -305,7 +306,15 @@ def observe(
     memory = tuple(full * (now - p.running_at) / (p.ready_at - p.running_at) for p in loading_pods)
     if capacity <= 0:
         return Observation(
-            demand, 0.0, ready, tuple(p.name for p in loading_pods), memory, full, step.served, step.waiting
+            demand,
+            0.0,
+            ready,
+            tuple(p.name for p in loading_pods),
+            memory,
+            full,
+            step.served,
+            step.waiting,
+            abandoned=step.abandoned,
         )
     running = step.served * workload.request_seconds
     slots = capacity * workload.request_seconds
@@ -321,4 +330,5 @@ def observe(
         running,
         min(100.0, 100.0 * (running + step.waiting) / slots) if slots > 0 else 100.0,
         workload.base_ttft_seconds + step.waiting / capacity,
+        abandoned=step.abandoned,
     )

@@ -11,7 +11,8 @@ Engines are told apart by their metric names (``vllm:``, ``sglang:``, ``tgi_``, 
   requests: the counter ``vllm:request_success`` (exposed ``vllm:request_success_total``), one series per
   ``finished_reason`` (``str(FinishReason)`` of ``vllm/v1/engine/__init__.py``: ``stop``, ``length``,
   ``abort``, and in newer versions ``error``, ``repetition``), all created at start; summed over the reasons
-  (and engines), so every request that left the engine counts, aborted ones too.
+  (and engines), so every request that left the engine counts, aborted ones too; the ``abort`` series alone
+  is ``requests_aborted`` (finished less aborted: what the engine served).
 - **SGLang**: ``python/sglang/srt/metrics/collector.py`` (sgl-project/sglang @00ae9c1590d2):
   ``SchedulerMetricsCollector`` (``sglang:num_queue_reqs``, ``sglang:num_running_reqs``,
   ``sglang:token_usage``: used over total KV-pool tokens, 0-1) with labels ``model_name``, ``engine_type``,
@@ -84,6 +85,7 @@ _FIELDS = (
     "prompt_tokens",
     "generation_tokens",
     "requests_finished",
+    "requests_aborted",
 )
 
 
@@ -115,9 +117,11 @@ class Hist:
 
 @dataclass(frozen=True, slots=True)
 class Counter:
-    """A monotonic total, by its sample name as written (``vllm:prompt_tokens_total``)."""
+    """A monotonic total, by its sample name as written (``vllm:prompt_tokens_total``), summed over its
+    series whose labels include ``match``."""
 
     name: str
+    match: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +140,7 @@ class EngineSpec:
     prompt_tokens: tuple[Counter, ...] = ()
     generation_tokens: tuple[Counter, ...] = ()
     requests_finished: tuple[Counter, ...] = ()
+    requests_aborted: tuple[Counter, ...] = ()
     optional: tuple[str, ...] = ()  # fields not every server of this engine exposes: no note when absent
 
     def families(self) -> set[str]:
@@ -168,6 +173,8 @@ VLLM = EngineSpec(
     prompt_tokens=(Counter("vllm:prompt_tokens_total"),),
     generation_tokens=(Counter("vllm:generation_tokens_total"),),
     requests_finished=(Counter("vllm:request_success_total"),),
+    requests_aborted=(Counter("vllm:request_success_total", match=(("finished_reason", "abort"),)),),
+    optional=("requests_aborted",),  # a server that aborted nothing may not have that series yet
 )
 SGLANG = EngineSpec(
     name="sglang",
@@ -316,7 +323,7 @@ class _Mapper:
         return values
 
     def counter(self, c: Counter) -> dict[str, float | None]:
-        return self.gauge(Gauge(c.name), "counter")
+        return self.gauge(Gauge(c.name, c.match), "counter")
 
     def hist(self, h: Hist) -> dict[str, BucketCounts | None]:
         name = h.family + "_bucket"
