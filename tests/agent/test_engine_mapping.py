@@ -95,7 +95,7 @@ vllm:request_success_total{engine="0",finished_reason="length",model_name="m"} 2
 vllm:request_success_total{engine="0",finished_reason="abort",model_name="m"} 1.0
 vllm:request_success_total{engine="1",finished_reason="stop",model_name="m"} 5.0
 vllm:request_success_total{engine="1",finished_reason="length",model_name="m"} 0.0
-vllm:request_success_total{engine="1",finished_reason="abort",model_name="m"} 0.0
+vllm:request_success_total{engine="1",finished_reason="abort",model_name="m"} 2.0
 """
 
 
@@ -112,8 +112,8 @@ def test_vllm_before_0_9_and_data_parallel_engines() -> None:
             kv_cache_usage=pytest.approx(60.0),  # type: ignore[arg-type]
             itl=hist((0.01,), (3.0, 5.0)),
             generation_tokens=150.0,
-            requests_finished=15.0,  # every finished_reason of both engines
-            requests_aborted=1.0,  # the abort series alone: 15 finished, 14 served
+            requests_finished=17.0,  # every finished_reason of both engines
+            requests_aborted=3.0,  # the abort series alone, of both engines: 17 finished, 14 served
         ),
     )
     assert got.notes == (

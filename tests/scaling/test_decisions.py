@@ -15,6 +15,7 @@ from gpuscale.scaling.answer import GpuPod, answer
 from gpuscale.scaling.engine import EngineSeries
 from gpuscale.scaling.errors import MetadataError, MissingPods
 from gpuscale.scaling.forecast import TAU_MIN, forecast, kendall_tau, sen_slope
+from gpuscale.scaling.profiles import parse_profiles
 
 NOW = 10_000.0
 
@@ -435,3 +436,47 @@ def test_a_profiles_engine_demand_does_not_carry_to_another_scope_or_metric() ->
     assert parse_metadata({"profile": "batch-inference", "scope": "node"}).engine_demand is None
     md = parse_metadata({"profile": "batch-inference", "metric": "power_percent", "targetValue": "75"})
     assert md.engine_demand is None
+
+
+def test_aborts_at_normal_load_do_not_uncap_a_gpu_that_keeps_up() -> None:
+    """A GPU at 50 % whose engine aborts a fifth of its requests (clients cancelling), nothing waiting: 10
+    finished a second, 2 of them aborts. Arrivals over served read 1.25, but nothing waits, so the GPU is not
+    what caps the answer: the utilization stands."""
+    md = parse_metadata(
+        {"metric": "gpu_utilization", "aggregation": "avg", "targetValue": "70", "window": "10"}
+    )
+    readings = [
+        EngineSample(
+            NOW - k,
+            "vllm",
+            (
+                ModelSignals(
+                    "m",
+                    waiting=0.0,
+                    running=20.0,
+                    requests_finished=10.0 * (30 - k),
+                    requests_aborted=2.0 * (30 - k),
+                ),
+            ),
+        )
+        for k in range(30, -1, -1)
+    ]
+    pods = [GpuPod("a", "n1", ready=True)]
+    result = answer(
+        md, _saturated({"a": 50.0}), now=NOW, gpu_pods=pods, engines=[EngineSeries("a", readings)]
+    )
+    assert result.value == pytest.approx(50.0) and result.decided == ""
+
+
+def test_a_profile_extending_batch_inference_for_another_metric_or_scope_drops_its_engine_demand() -> None:
+    data = {
+        "profiles": {
+            "batch-node": {"extends": "batch-inference", "scope": "node"},
+            "batch-power": {"extends": "batch-inference", "metric": "power_percent", "targetValue": 75},
+            "batch-kept": {"extends": "batch-inference", "window": 30},
+        }
+    }
+    got = parse_profiles(data)
+    assert got["batch-node"].engine_demand is None
+    assert got["batch-power"].engine_demand is None
+    assert got["batch-kept"].engine_demand == "off"

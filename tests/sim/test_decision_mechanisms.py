@@ -134,15 +134,21 @@ def test_utilization_pinned_at_100_is_uncapped_where_the_engines_are_read() -> N
     assert uncapped.share_of_demand_unserved < plain.share_of_demand_unserved / 2
 
 
-def test_the_uncapped_answer_holds_while_the_queue_sheds_requests() -> None:
+@pytest.mark.parametrize("counted", [True, False])
+def test_the_uncapped_answer_while_the_queue_sheds_requests(counted: bool) -> None:
     """The same step with the replicas held at 2 (maxReplicaCount 2): after 60 s the queue is at its timeout
-    and sheds 30 requests/s as aborts. Counted as finished they would make the demand look served (40 in,
-    40 out); served is finished less aborted, so the answer stays the demand's utilization, 800, as long as
-    the overload lasts."""
+    and sheds 30 requests/s. Where the engines count those as aborts (``abortsCounted``: finished with reason
+    "abort", the fix proposed in vllm-project/vllm#55837), served is finished less aborted, and the answer
+    stays the demand's utilization, 800, as long as the overload lasts. Released vLLM counts no client abort
+    (vllm-project/vllm#31503): the shed requests leave the queue uncounted, arriving reads what is served,
+    and the answer falls back to the utilization as measured, 200: never lower than that."""
     policy = GPU_POLICY.replace("NAME", "capped").replace("READ", "true")
     policy = policy.replace("maxReplicaCount: 40", "maxReplicaCount: 2")
     text = SCENARIO.replace("POINTS", "[[0, 6], [300, 6], [301, 40]]").replace("DURATION", "900") + policy
+    text = text.replace("requestSeconds: 4}", f"requestSeconds: 4, abortsCounted: {str(counted).lower()}}}")
     (tl,) = run_scenario(parse_scenario(text)).timelines
     assert sum(tl.unserved[400:900]) > 0  # the queue sheds requests
-    synced = [t for t in range(400, 900) if (t - 4) % 15 == 0]
-    assert all(tl.metric[t] == pytest.approx(800.0, rel=0.05) for t in synced), [tl.metric[t] for t in synced]
+    assert tl.metric[349] == pytest.approx(800.0, rel=0.05)  # before it does, both read the demand
+    late = [tl.metric[t] for t in range(439, 900, 15)]
+    expected = 800.0 if counted else 200.0
+    assert all(v == pytest.approx(expected, rel=0.05) for v in late), late

@@ -91,7 +91,7 @@ def test_read_engines_needs_a_gpu_utilization_trigger_in_workload_scope() -> Non
     bad = GOOD_POLICY.replace("{prometheus: {signal:", "{gpuscale: {readEngines: true}, prometheus: {signal:")
     assert problems(HEAD + bad) == (
         "policies[0].pipeline.gpuscale.readEngines: applies to a gpuscale gpu_utilization trigger in scope "
-        "workload (engine metrics always read the engines), and this policy has none",
+        "workload without engineDemand: off (engine metrics always read the engines), and this policy has none",
     )
     wrong = GOOD_POLICY.replace("{prometheus: {signal:", "{gpuscale: {readEngines: 1}, prometheus: {signal:")
     assert problems(HEAD + wrong) == (

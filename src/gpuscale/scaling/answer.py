@@ -190,9 +190,11 @@ def demand_ratio(
     arriving per second (``request_rate``'s arrivals: finished + the growth of those waiting and running)
     over those served per second (finished less aborted: a queue at its timeout sheds requests as aborts,
     which are not served), summed over the pods. ``None`` unless every one of ``pods`` has an engine that
-    says both (the finished counter and the queue gauges) and some request was served."""
+    says both (the finished counter and the queue gauges), some request was served and some are waiting
+    (with nothing waiting the engines keep up: whatever the counters say, the GPUs are not what caps the
+    answer)."""
     by_pod = {e.pod: e for e in engines if not e.departed}
-    arriving = served = 0.0
+    arriving = served = waiting = 0.0
     rate_md = replace(md, metric="request_rate")
     for pod in pods:
         e = by_pod.get(pod)
@@ -204,7 +206,8 @@ def demand_ratio(
             return None
         arriving += a
         served += f
-    if served <= 0:
+        waiting += gauge(e.samples[-1], "waiting", md.model) or 0.0
+    if served <= 0 or waiting <= 0:
         return None
     return arriving / served
 

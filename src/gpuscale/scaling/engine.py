@@ -282,19 +282,45 @@ class EngineSeries:
     departed: bool = False
 
 
+def _model_served(samples: Sequence[EngineSample], name: str) -> float | None:
+    """Requests one model served per second: finished less aborted (an absent aborted counter: none),
+    between the first and the newest reading with the finished counter since either counter went back (an
+    engine restart starts both over); never negative."""
+    points: list[tuple[float, float, float]] = []
+    for s in samples:
+        m = s.model(name)
+        if m is None or m.requests_finished is None:
+            continue
+        points.append((s.timestamp, m.requests_finished, m.requests_aborted or 0.0))
+    start = 0
+    for i in range(1, len(points)):
+        if points[i][1] < points[i - 1][1] or points[i][2] < points[i - 1][2]:
+            start = i
+    points = points[start:]
+    if len(points) < 2 or points[-1][0] <= points[0][0]:
+        return None
+    (t0, f0, a0), (t1, f1, a1) = points[0], points[-1]
+    return max(0.0, (f1 - f0 - (a1 - a0)) / (t1 - t0))
+
+
 def served_rate(md: TriggerMetadata, samples: Sequence[EngineSample], now: float) -> float | None:
     """One pod's requests served per second over ``md``'s window (the fresh readings, at least the newest
-    two): those finished less those aborted (a request abandoned in the queue leaves it as an abort, served
-    by nobody), ``None`` when its engine has no finished counter. Never negative."""
+    two), summed over its models (or ``md.model``): finished less aborted (``_model_served``); ``None``
+    when a model's engine has no finished counter."""
     fresh = in_window(samples, now, md.stale_after)
     if not fresh:
         return None
-    window = max(md.window, _two_samples(fresh, now))
-    finished = counter_rate(fresh, now, window, "requests_finished", md.model)
-    if finished is None:
+    picked = in_window(fresh, now, max(md.window, _two_samples(fresh, now)))
+    names = _models(picked[-1], md.model) if picked else []
+    if not names:
         return None
-    aborted = counter_rate(fresh, now, window, "requests_aborted", md.model)
-    return max(0.0, finished - (aborted if aborted is not None and aborted > 0 else 0.0))
+    total = 0.0
+    for name in names:
+        rate = _model_served(picked, name)
+        if rate is None:
+            return None
+        total += rate
+    return total
 
 
 def pod_value(md: TriggerMetadata, samples: Sequence[EngineSample], now: float) -> float | None:

@@ -345,7 +345,14 @@ def _profile(name: object, body: object, known: Mapping[str, Profile], problems:
             problems.append(f'{where} field "{key}": value {show(raw)} {tail}')
         else:
             values[_FIELDS[key]] = value
+    inherited = profile
     profile = replace(profile, **values)  # type: ignore[arg-type]
+    if (
+        "engine_demand" not in values
+        and profile.engine_demand is not None
+        and (profile.metric != inherited.metric or profile.scope not in (None, "workload"))
+    ):  # a parent's choice for its metric's engines, as a trigger drops it (metadata.parse)
+        profile = replace(profile, engine_demand=None)
     for key, value, tail in combination_problems(
         metric=profile.metric,
         aggregation=profile.aggregation,

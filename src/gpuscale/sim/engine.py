@@ -169,6 +169,7 @@ class _Run:
     counters: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     # the workload's cold start as the scaler learns it from its pods (scheduled to Ready)
     cold_starts: ColdStarts = field(default_factory=ColdStarts)
+    aborts_counted: bool = False  # workload.aborts_counted: the engines count an abandoned request
 
 
 def _sampled(run: _Run, times: tuple[int, ...]) -> list[Observation]:
@@ -338,7 +339,7 @@ def _sample_gpus(
         if p.ready_at == t:  # the scaler sees it become Ready (agents and the API report readiness)
             run.cold_starts.observe(_WORKLOAD, p.name, float(p.created), float(p.ready_at))
     if engines:
-        _count_requests(run, obs)
+        _count_requests(run, obs, run.aborts_counted)
     if t % policy.gpuscale.sampling_interval:
         return
     values = obs.samples()
@@ -389,12 +390,13 @@ def _sample_gpus(
 _WORKLOAD = "sim"
 
 
-def _count_requests(run: _Run, obs: Observation) -> None:
+def _count_requests(run: _Run, obs: Observation, counted: bool) -> None:
     """Each Ready pod's finished-requests counter, advanced by one second: the router splits the arrivals
-    between the Ready pods, and what a pod did not keep in flight it finished (or aborted: an abandoned
-    request is finished with ``finished_reason="abort"`` in vLLM's counter, and its aborted counter grows by
-    its share of the abandoned), so its arrivals are its finished requests plus the growth of its waiting
-    and running ones, as on a real engine. A pod's first second
+    between the Ready pods, and what a pod did not keep in flight it finished, so its arrivals are its
+    finished requests plus the growth of its waiting and running ones, as on a real engine. A request
+    abandoned in the queue leaves it uncounted (``workload.aborts_counted`` False: released vLLM counts no
+    client abort, so the arrivals read low while the queue sheds), or is finished with reason ``abort`` and
+    counted as aborted too (True). A pod's first second
     Ready is its baseline. When a pod leaves, the simulator's one queue moves its share to the others; their
     counters never go back (no counter does), so that second their arrivals read high: an error only on
     scale-down, and on the side that keeps replicas."""
@@ -414,7 +416,11 @@ def _count_requests(run: _Run, obs: Observation) -> None:
             continue
         finished, in_flight, aborted = before
         done = max(0.0, arrivals - (share - in_flight))
-        counters[name] = (finished + done, share, aborted + min(done, abandoned))
+        shed = min(done, abandoned)
+        if counted:
+            counters[name] = (finished + done, share, aborted + shed)
+        else:
+            counters[name] = (finished + done - shed, share, aborted)
     run.counters = counters
 
 
@@ -543,6 +549,7 @@ def simulate(
     )
     run.queue = EngineQueue(workload.max_queue_seconds)
     run.cold_starts = cold_starts
+    run.aborts_counted = workload.aborts_counted
     memory_total = int(workload.gpu_memory_gib * 2**30)
     reads_engines = _reads_engines(policy)
     has_push = so is not None and any(s.trigger is not None and s.trigger.push for s in policy.sources)

@@ -513,12 +513,13 @@ def parse_policy(c: Checker, raw: object, path: str, profiles: ProfileSet | None
         and s.trigger.metadata is not None
         and s.trigger.metadata.metric == "gpu_utilization"
         and s.trigger.metadata.scope == "workload"
+        and s.trigger.metadata.engine_demand != "off"
         for s in policy.sources
     ):
         c.fail(
             f"{path}.pipeline.gpuscale.readEngines",
-            "applies to a gpuscale gpu_utilization trigger in scope workload (engine metrics always read the "
-            "engines), and this policy has none",
+            "applies to a gpuscale gpu_utilization trigger in scope workload without engineDemand: off "
+            "(engine metrics always read the engines), and this policy has none",
         )
     initial = c.integer(raw, "initialReplicas", path, default=-1, minimum=0)
     return Policy(

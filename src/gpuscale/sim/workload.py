@@ -58,6 +58,10 @@ class Workload:
     # a request not started after waiting this long is abandoned (unserved); 0: no queue
     max_queue_seconds: int = 0
     request_seconds: float = 4.0  # how long a started request runs (prefill + decode): its batch slot
+    # whether the engines count a request abandoned in the queue: False (what vLLM 0.10-0.13 do: a client's
+    # abort moves no vllm:request_success_total series, vllm-project/vllm#31503), it leaves its waiting
+    # count uncounted; True (the fix proposed in vllm-project/vllm#55837), finished with reason "abort"
+    aborts_counted: bool = False
     base_ttft_seconds: float = 0.1  # time to first token with nothing queued (prefill)
     gpu_memory_gib: float = 80.0  # each GPU's memory
     # what the engine holds on each of its GPUs once loaded (weights + KV cache); None: 90 % of the GPU,

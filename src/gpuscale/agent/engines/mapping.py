@@ -11,8 +11,10 @@ Engines are told apart by their metric names (``vllm:``, ``sglang:``, ``tgi_``, 
   requests: the counter ``vllm:request_success`` (exposed ``vllm:request_success_total``), one series per
   ``finished_reason`` (``str(FinishReason)`` of ``vllm/v1/engine/__init__.py``: ``stop``, ``length``,
   ``abort``, and in newer versions ``error``, ``repetition``), all created at start; summed over the reasons
-  (and engines), so every request that left the engine counts, aborted ones too; the ``abort`` series alone
-  is ``requests_aborted`` (finished less aborted: what the engine served).
+  (and engines), so every request that left the engine counts, aborted ones as vLLM counts them; the
+  ``abort`` series alone is ``requests_aborted`` (finished less aborted: what the engine served). Released
+  vLLM (0.10-0.13) moves no series for a client's abort (vllm-project/vllm#31503, #55634, open): such a
+  request leaves the waiting and running gauges uncounted.
 - **SGLang**: ``python/sglang/srt/metrics/collector.py`` (sgl-project/sglang @00ae9c1590d2):
   ``SchedulerMetricsCollector`` (``sglang:num_queue_reqs``, ``sglang:num_running_reqs``,
   ``sglang:token_usage``: used over total KV-pool tokens, 0-1) with labels ``model_name``, ``engine_type``,
@@ -433,7 +435,7 @@ def map_exposition(spec: EngineSpec, expo: Exposition, timestamp: float) -> Engi
         ModelSignals(model, **{f: fields[f].get(model) for f in _FIELDS})  # type: ignore[arg-type]
         for model in models
     )
-    return EngineSample(timestamp, spec.name, signals, tuple(mapper.notes))
+    return EngineSample(timestamp, spec.name, signals, tuple(dict.fromkeys(mapper.notes)))
 
 
 def _source_name(source: Gauge | Ratio | Hist | Counter) -> str:
