@@ -480,3 +480,31 @@ def test_a_profile_extending_batch_inference_for_another_metric_or_scope_drops_i
     assert got["batch-node"].engine_demand is None
     assert got["batch-power"].engine_demand is None
     assert got["batch-kept"].engine_demand == "off"
+
+
+def test_a_served_rate_never_scales_down_while_requests_wait() -> None:
+    """8 replicas (6 still loading) of which 2 are Ready, their queue standing at 300 waiting while clients
+    give up on what waits too long: released vLLM counts none of those, so the arrivals read what the 2
+    serve, 10 requests/s (ceil(10 / 5) = 2). While requests wait the demand is more than that: the answer
+    holds the 8 ("backlog hold"). With the queue empty the same rate may scale down."""
+    md = parse_metadata({"metric": "request_rate", "targetValue": "5", "window": "10"})
+    pods = [GpuPod(p, "n", ready=True) for p in ("a", "b")]
+    pods += [GpuPod(f"l{i}", "n", ready=False) for i in range(6)]
+
+    def standing(pod: str, waiting: float) -> EngineSeries:
+        readings = [
+            EngineSample(
+                NOW - k,
+                "vllm",
+                (ModelSignals("m", waiting=waiting, running=20.0, requests_finished=5.0 * (30 - k)),),
+            )
+            for k in range(30, -1, -1)
+        ]
+        return EngineSeries(pod, readings)
+
+    held = answer(
+        md, [], now=NOW, gpu_pods=pods, engines=[standing("a", 150), standing("b", 150)], replicas=8
+    )
+    assert (held.value, held.decided) == (pytest.approx(40.0), "backlog hold")
+    empty = answer(md, [], now=NOW, gpu_pods=pods, engines=[standing("a", 0), standing("b", 0)], replicas=8)
+    assert empty.value == pytest.approx(10.0) and math.ceil(empty.value / 5) == 2

@@ -77,18 +77,20 @@ def test_a_burst_with_pods_loading_asks_once() -> None:
 
 
 def test_the_n_minus_1_guard_in_the_simulator() -> None:
-    """20 requests/s (5 replicas at 4), a 5 s dip to 8 ending 2 s before an HPA sync, then 20 again: at that
-    sync the 10 s window's mean is about 14, ceil(14 / 4) = 4, but 4 replicas at the target do not carry the
-    20 arriving now: the answer keeps 5, with the HPA's scale-down window at 0. A sync within the dip (the
-    demand truly lower) lets it go to 4: the guard holds the present demand, not the past."""
-    points = "[[0, 20], [310, 20], [311, 8], [316, 8], [317, 20], [600, 20]]"
+    """20 requests/s (5 replicas at 4), a 5 s dip to 8 ending 2 s before an HPA sync (424 s, once the queue
+    built while the first replicas loaded has drained), then 20 again: at that sync the 10 s window's mean
+    is about 14, ceil(14 / 4) = 4, but 4 replicas at the target do not carry the 20 arriving now: the answer
+    keeps 5, with the HPA's scale-down window at 0. A sync within the dip (the demand truly lower) lets it
+    go lower: the guard holds the present demand, not the past."""
+    points = "[[0, 20], [415, 20], [416, 8], [421, 8], [422, 20], [600, 20]]"
     plain, _ = _run(points, 600, FAST_DOWN).timelines
-    assert plain.metric[319] == pytest.approx(20.0)  # the guard: the present demand, not the window's 14
+    assert plain.waiting[400] == 0  # the backlog is gone: the N-1 guard, not the backlog hold, decides
+    assert plain.metric[424] == pytest.approx(20.0)  # the guard: the present demand, not the window's 14
     assert all(plain.desired[t] >= 5 for t in range(60, 600))
     dipped, _ = _run(
-        "[[0, 20], [310, 20], [311, 8], [330, 8], [331, 20], [600, 20]]", 600, FAST_DOWN
+        "[[0, 20], [410, 20], [411, 8], [430, 8], [431, 20], [600, 20]]", 600, FAST_DOWN
     ).timelines
-    assert dipped.desired[319] < 5
+    assert dipped.desired[424] < 5
 
 
 def test_steady_load_never_reverses() -> None:

@@ -106,8 +106,8 @@ class Evaluation:
     missing_where: tuple[str, ...] = ()  # their nodes and why: "node-3 (agent gone: 2 pods)"
     loading: int = 0  # workload scope: GPU pods still starting (not Ready): coming capacity, not idle
     # how ``answer`` decided beyond the plain value: "" (it did not), "all pods loading", "N-1 guard",
-    # "KV-cache guard", "ahead 120 s" (the forecast one cold start ahead), "uncapped by the engines' demand
-    # (x1.80)" (GPU utilization times what the engines are asked over what they serve)
+    # "KV-cache guard", "backlog hold", "ahead 120 s" (the forecast one cold start ahead), "uncapped by the
+    # engines' demand (x1.80)" (GPU utilization times what the engines are asked over what they serve)
     decided: str = ""
     present: float | None = None  # the newest readings' value (window 0), when the answer would scale down
 

@@ -342,7 +342,8 @@ def _decide(
     cold_start: float | None,
 ) -> Evaluation:
     """An engine answer with issue 20's decisions on top: the forecast one cold start ahead
-    (``scaleAhead``), the KV-cache floor, the N-1 guard. An answer with nothing measured is left as it is;
+    (``scaleAhead``), the backlog hold (a served rate never scales down while requests wait), the KV-cache
+    floor, the N-1 guard. An answer with nothing measured is left as it is;
     one the missing-pod rule made gets the KV-cache floor alone, each missing pod counted as one replica
     needed (as the HPA's rule counts a missing pod at the target when scaling down), so missing pods never
     lower what the floor holds."""
@@ -362,12 +363,27 @@ def _decide(
             decided = replace(result, value=ahead.value, decided=f"ahead {cold_start:.0f} s")
     if _ceil_ratio(decided.value, md.target_value) >= count:
         return decided  # not a scale-down: the floor and the guard have nothing to hold
+    if md.metric in SERVED_RATES and _backlog(md, ready, now) >= 1.0:
+        return replace(decided, value=md.target_value * count, decided="backlog hold")
     present = _engine_total(replace(md, window=0.0), ready, now)
     floored = _kv_floor(md, decided, ready, count, 0)
     if floored is not None:
         return replace(floored, present=present)
     out = _guard(md, decided, present, count)
     return out if out.decided else replace(out, decided=decided.decided)
+
+
+# Rates counted as requests (or tokens) leave the engine: capped at what the Ready pods serve. While
+# requests wait, the demand is more than that by an amount they cannot say (released vLLM counts no request a
+# client abandons in the queue: vllm-project/vllm#31503), so a scale-down is held.
+SERVED_RATES: frozenset[str] = frozenset({"request_rate", "generation_tokens_per_second"})
+
+
+def _backlog(md: TriggerMetadata, ready: Sequence[EngineSeries], now: float) -> float:
+    """The requests waiting on the Ready pods: the mean over the window of each pod's waiting, summed."""
+    waiting = replace(md, metric="queue_length")
+    values = [pod_value(waiting, e.samples, now) for e in ready if e.samples]
+    return math.fsum(v for v in values if v is not None)
 
 
 def _kv_floor(
