@@ -200,6 +200,8 @@ _ENGINE_FIELDS = (
     "generation_tokens",
     "requests_finished",
     "requests_aborted",
+    "queue_time_sum",
+    "queue_time_count",
 )
 
 

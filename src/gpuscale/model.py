@@ -274,6 +274,11 @@ class ModelSignals:
     generation_tokens: float | None = None
     requests_finished: float | None = None
     requests_aborted: float | None = None
+    # vLLM's vllm:request_queue_time_seconds (_sum, _count): seconds the requests that left the queue had
+    # waited, and how many; by Little's law, waiting over their mean wait is the rate requests join the queue,
+    # which holds where the counters miss what clients abandon
+    queue_time_sum: float | None = None
+    queue_time_count: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,6 +58,9 @@ def test_vllm_from_the_mock_engine() -> None:
         assert signals.ttft.total == math.floor(state.finished + 1e-9)
         # vllm:request_success_total summed over finished_reason: every request the engine finished
         assert signals.requests_finished == math.floor(state.finished + 1e-9) > 0
+        # vllm:request_queue_time_seconds' _sum and _count: the requests that left the queue, and their wait
+        assert signals.queue_time_count is not None and signals.queue_time_count > 0
+        assert signals.queue_time_sum is not None and signals.queue_time_sum >= 0
         assert signals.itl is not None and signals.itl.total > 0
     llama, qwen = got.models
     assert (

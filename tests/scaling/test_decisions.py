@@ -508,3 +508,59 @@ def test_a_served_rate_never_scales_down_while_requests_wait() -> None:
     assert (held.value, held.decided) == (pytest.approx(40.0), "backlog hold")
     empty = answer(md, [], now=NOW, gpu_pods=pods, engines=[standing("a", 0), standing("b", 0)], replicas=8)
     assert empty.value == pytest.approx(10.0) and math.ceil(empty.value / 5) == 2
+
+
+def test_request_rate_sees_through_a_shedding_queue_by_littles_law() -> None:
+    """One pod serving 8 requests/s while 30 arrive; its queue stands at 1800, shedding at the clients' 60 s
+    timeout. Released vLLM counts none of the shed requests (vllm-project/vllm#31503): finished plus growth
+    reads 8. The queue-time counters say the requests that started had waited 60 s: 1800 waiting / 60 s = 30
+    joining a second, the demand. Without those counters (an older agent, another engine) it reads 8."""
+    md = rate_md(window="10")
+
+    def shedding(with_queue_time: bool) -> EngineSeries:
+        readings = []
+        for k in range(30, -1, -1):
+            n = 30 - k
+            m = ModelSignals(
+                "m",
+                waiting=1800.0,
+                running=32.0,
+                requests_finished=8.0 * n,
+                queue_time_sum=60.0 * 8.0 * n if with_queue_time else None,
+                queue_time_count=8.0 * n if with_queue_time else None,
+            )
+            readings.append(EngineSample(NOW - k, "vllm", (m,)))
+        return EngineSeries("a", readings)
+
+    pods = [GpuPod("a", "n", ready=True)]
+    seen = answer(md, [], now=NOW, gpu_pods=pods, engines=[shedding(True)], replicas=1)
+    assert seen.value == pytest.approx(30.0)
+    blind = answer(md, [], now=NOW, gpu_pods=pods, engines=[shedding(False)], replicas=1)
+    assert blind.value == pytest.approx(8.0)
+
+
+def test_littles_law_is_not_used_where_the_counters_are_right() -> None:
+    """A queue that waits briefly and loses nothing: Little's estimate (4 waiting / 0.5 s = 8) is within its
+    noise of the counted arrivals (7.5): the counted figure stands."""
+    md = rate_md(window="10")
+    readings = [
+        EngineSample(
+            NOW - k,
+            "vllm",
+            (
+                ModelSignals(
+                    "m",
+                    waiting=4.0,
+                    running=20.0,
+                    requests_finished=7.5 * (30 - k),
+                    queue_time_sum=0.5 * 7.5 * (30 - k),
+                    queue_time_count=7.5 * (30 - k),
+                ),
+            ),
+        )
+        for k in range(30, -1, -1)
+    ]
+    result = answer(
+        md, [], now=NOW, gpu_pods=[GpuPod("a", "n", ready=True)], engines=[EngineSeries("a", readings)]
+    )
+    assert result.value == pytest.approx(7.5)

@@ -254,6 +254,8 @@ class EngineModel(_message.Message):
     GENERATION_TOKENS_FIELD_NUMBER: _builtins.int
     REQUESTS_FINISHED_FIELD_NUMBER: _builtins.int
     REQUESTS_ABORTED_FIELD_NUMBER: _builtins.int
+    QUEUE_TIME_SUM_FIELD_NUMBER: _builtins.int
+    QUEUE_TIME_COUNT_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     waiting: _builtins.float
     running: _builtins.float
@@ -270,6 +272,11 @@ class EngineModel(_message.Message):
     """Of those, the requests the engine aborted (vLLM's vllm:request_success_total{finished_reason="abort"}):
     finished less aborted is what it served. Unset: its finished counter holds no aborts, or an older agent.
     """
+    queue_time_sum: _builtins.float
+    """vLLM's vllm:request_queue_time_seconds histogram, its _sum and _count (counters): the seconds the
+    requests that left the queue had waited, and how many. Unset: not exposed, or an older agent.
+    """
+    queue_time_count: _builtins.float
     @_builtins.property
     def ttft(self) -> Global___Histogram:
         """seconds"""
@@ -291,10 +298,12 @@ class EngineModel(_message.Message):
         generation_tokens: _builtins.float | None = ...,
         requests_finished: _builtins.float | None = ...,
         requests_aborted: _builtins.float | None = ...,
+        queue_time_sum: _builtins.float | None = ...,
+        queue_time_count: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_generation_tokens", b"_generation_tokens", "_kv_cache_usage", b"_kv_cache_usage", "_prompt_tokens", b"_prompt_tokens", "_requests_aborted", b"_requests_aborted", "_requests_finished", b"_requests_finished", "_running", b"_running", "_waiting", b"_waiting", "generation_tokens", b"generation_tokens", "itl", b"itl", "kv_cache_usage", b"kv_cache_usage", "prompt_tokens", b"prompt_tokens", "requests_aborted", b"requests_aborted", "requests_finished", b"requests_finished", "running", b"running", "ttft", b"ttft", "waiting", b"waiting"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_generation_tokens", b"_generation_tokens", "_kv_cache_usage", b"_kv_cache_usage", "_prompt_tokens", b"_prompt_tokens", "_queue_time_count", b"_queue_time_count", "_queue_time_sum", b"_queue_time_sum", "_requests_aborted", b"_requests_aborted", "_requests_finished", b"_requests_finished", "_running", b"_running", "_waiting", b"_waiting", "generation_tokens", b"generation_tokens", "itl", b"itl", "kv_cache_usage", b"kv_cache_usage", "prompt_tokens", b"prompt_tokens", "queue_time_count", b"queue_time_count", "queue_time_sum", b"queue_time_sum", "requests_aborted", b"requests_aborted", "requests_finished", b"requests_finished", "running", b"running", "ttft", b"ttft", "waiting", b"waiting"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_generation_tokens", b"_generation_tokens", "_kv_cache_usage", b"_kv_cache_usage", "_prompt_tokens", b"_prompt_tokens", "_requests_aborted", b"_requests_aborted", "_requests_finished", b"_requests_finished", "_running", b"_running", "_waiting", b"_waiting", "generation_tokens", b"generation_tokens", "itl", b"itl", "kv_cache_usage", b"kv_cache_usage", "model", b"model", "prompt_tokens", b"prompt_tokens", "requests_aborted", b"requests_aborted", "requests_finished", b"requests_finished", "running", b"running", "ttft", b"ttft", "waiting", b"waiting"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_generation_tokens", b"_generation_tokens", "_kv_cache_usage", b"_kv_cache_usage", "_prompt_tokens", b"_prompt_tokens", "_queue_time_count", b"_queue_time_count", "_queue_time_sum", b"_queue_time_sum", "_requests_aborted", b"_requests_aborted", "_requests_finished", b"_requests_finished", "_running", b"_running", "_waiting", b"_waiting", "generation_tokens", b"generation_tokens", "itl", b"itl", "kv_cache_usage", b"kv_cache_usage", "model", b"model", "prompt_tokens", b"prompt_tokens", "queue_time_count", b"queue_time_count", "queue_time_sum", b"queue_time_sum", "requests_aborted", b"requests_aborted", "requests_finished", b"requests_finished", "running", b"running", "ttft", b"ttft", "waiting", b"waiting"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__generation_tokens: _TypeAlias = _typing.Literal["generation_tokens"]  # noqa: Y015
     _WhichOneofArgType__generation_tokens: _TypeAlias = _typing.Literal["_generation_tokens", b"_generation_tokens"]  # noqa: Y015
@@ -302,6 +311,10 @@ class EngineModel(_message.Message):
     _WhichOneofArgType__kv_cache_usage: _TypeAlias = _typing.Literal["_kv_cache_usage", b"_kv_cache_usage"]  # noqa: Y015
     _WhichOneofReturnType__prompt_tokens: _TypeAlias = _typing.Literal["prompt_tokens"]  # noqa: Y015
     _WhichOneofArgType__prompt_tokens: _TypeAlias = _typing.Literal["_prompt_tokens", b"_prompt_tokens"]  # noqa: Y015
+    _WhichOneofReturnType__queue_time_count: _TypeAlias = _typing.Literal["queue_time_count"]  # noqa: Y015
+    _WhichOneofArgType__queue_time_count: _TypeAlias = _typing.Literal["_queue_time_count", b"_queue_time_count"]  # noqa: Y015
+    _WhichOneofReturnType__queue_time_sum: _TypeAlias = _typing.Literal["queue_time_sum"]  # noqa: Y015
+    _WhichOneofArgType__queue_time_sum: _TypeAlias = _typing.Literal["_queue_time_sum", b"_queue_time_sum"]  # noqa: Y015
     _WhichOneofReturnType__requests_aborted: _TypeAlias = _typing.Literal["requests_aborted"]  # noqa: Y015
     _WhichOneofArgType__requests_aborted: _TypeAlias = _typing.Literal["_requests_aborted", b"_requests_aborted"]  # noqa: Y015
     _WhichOneofReturnType__requests_finished: _TypeAlias = _typing.Literal["requests_finished"]  # noqa: Y015
@@ -316,6 +329,10 @@ class EngineModel(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__kv_cache_usage) -> _WhichOneofReturnType__kv_cache_usage | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__prompt_tokens) -> _WhichOneofReturnType__prompt_tokens | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__queue_time_count) -> _WhichOneofReturnType__queue_time_count | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__queue_time_sum) -> _WhichOneofReturnType__queue_time_sum | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__requests_aborted) -> _WhichOneofReturnType__requests_aborted | None: ...
     @_typing.overload

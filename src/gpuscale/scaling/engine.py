@@ -149,7 +149,46 @@ def _model_arrivals(samples: Sequence[EngineSample], name: str) -> float | None:
     if len(points) < 2 or points[-1][0] <= points[0][0]:
         return None
     (t0, f0, i0), (t1, f1, i1) = points[0], points[-1]
-    return max(0.0, (f1 - f0 + i1 - i0) / (t1 - t0))
+    counted = max(0.0, (f1 - f0 + i1 - i0) / (t1 - t0))
+    joined = _model_joining(samples, name)
+    # the queue's own estimate only where the counters miss requests by more than an estimate's noise (the
+    # HPA's 10 % tolerance): while nothing is lost they are exact, and Little's law over a window is not
+    if joined is not None and joined > counted * (1.0 + _JOINING_MARGIN):
+        return joined
+    return counted
+
+
+_JOINING_MARGIN = 0.1
+
+
+def _model_joining(samples: Sequence[EngineSample], name: str) -> float | None:
+    """Requests joining one model's queue per second by Little's law: the mean number waiting over the mean
+    time the requests that left the queue had waited (``queue_time_sum``/``_count`` deltas, since the count
+    last went back). It holds where the finished counter misses requests: released vLLM counts none a
+    client abandons (vllm-project/vllm#31503), so a queue shedding at its clients' timeout reads, in
+    finished plus growth, only what is served. ``None`` without the queue-time counters, or when no request
+    left the queue or none waits."""
+    points: list[tuple[float, float, float]] = []
+    waiting: list[float] = []
+    for s in samples:
+        m = s.model(name)
+        if m is None or m.queue_time_sum is None or m.queue_time_count is None or m.waiting is None:
+            continue
+        points.append((s.timestamp, m.queue_time_sum, m.queue_time_count))
+        waiting.append(m.waiting)
+    start = 0
+    for i in range(1, len(points)):
+        if points[i][2] < points[i - 1][2] or points[i][1] < points[i - 1][1]:
+            start = i
+    points, waiting = points[start:], waiting[start:]
+    if len(points) < 2:
+        return None
+    left = points[-1][2] - points[0][2]
+    waited = points[-1][1] - points[0][1]
+    mean_waiting = math.fsum(waiting) / len(waiting)
+    if left <= 0 or waited <= 0 or mean_waiting <= 0:
+        return None
+    return mean_waiting / (waited / left)
 
 
 def arrival_rate(

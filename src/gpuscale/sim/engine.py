@@ -165,8 +165,9 @@ class _Run:
     terminating: tuple[tuple[Pod, int], ...] = ()
     queue: EngineQueue = field(default_factory=lambda: EngineQueue(0))
     # each Ready pod's engine counters: (requests finished so far, requests in flight at its last reading,
-    # of the finished those aborted: abandoned in the queue)
-    counters: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    # of the finished those aborted: abandoned in the queue; the seconds the requests it started had waited,
+    # and how many: vLLM's queue-time histogram's _sum and _count)
+    counters: dict[str, tuple[float, float, float, float, float]] = field(default_factory=dict)
     # the workload's cold start as the scaler learns it from its pods (scheduled to Ready)
     cold_starts: ColdStarts = field(default_factory=ColdStarts)
     aborts_counted: bool = False  # workload.aborts_counted: the engines count an abandoned request
@@ -378,6 +379,8 @@ def _sample_gpus(
             kv_cache_usage=obs.kv_cache,
             requests_finished=run.counters[name][0],
             requests_aborted=run.counters[name][2],
+            queue_time_sum=run.counters[name][3],
+            queue_time_count=run.counters[name][4],
         )
         reading = EngineSample(float(t), "vllm", (signals,))
         readings = run.engines.setdefault(name, [])
@@ -408,19 +411,21 @@ def _count_requests(run: _Run, obs: Observation, counted: bool) -> None:
     share = (obs.waiting + obs.running) / n
     arrivals = obs.demand / n
     abandoned = obs.abandoned / n
-    counters: dict[str, tuple[float, float, float]] = {}
+    started, waited = obs.served / n, obs.waited / n
+    counters: dict[str, tuple[float, float, float, float, float]] = {}
     for name in ready:
         before = run.counters.get(name)
         if before is None:
-            counters[name] = (0.0, share, 0.0)
+            counters[name] = (0.0, share, 0.0, 0.0, 0.0)
             continue
-        finished, in_flight, aborted = before
+        finished, in_flight, aborted, q_sum, q_count = before
         done = max(0.0, arrivals - (share - in_flight))
         shed = min(done, abandoned)
+        q_sum, q_count = q_sum + waited, q_count + started
         if counted:
-            counters[name] = (finished + done, share, aborted + shed)
+            counters[name] = (finished + done, share, aborted + shed, q_sum, q_count)
         else:
-            counters[name] = (finished + done - shed, share, aborted)
+            counters[name] = (finished + done - shed, share, aborted, q_sum, q_count)
     run.counters = counters
 
 

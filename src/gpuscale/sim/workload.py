@@ -207,6 +207,7 @@ class Served:
     served: float
     abandoned: float
     waiting: float
+    waited: float = 0.0  # seconds the started requests had waited, summed (vLLM's queue time)
 
 
 _EPS = 1e-9
@@ -241,12 +242,13 @@ class EngineQueue:
             return Served(arrivals, 0.0, 0.0)
         if arrivals > 0:
             self._cohorts.append([float(t), arrivals])
-        served, room = 0.0, capacity
+        served, room, waited = 0.0, capacity, 0.0
         while self._cohorts and room > _EPS:
             cohort = self._cohorts[0]
             take = min(room, cohort[1])
             wait = t - int(cohort[0])
             delays[wait] = delays.get(wait, 0.0) + take
+            waited += wait * take
             served += take
             room -= take
             cohort[1] -= take
@@ -258,7 +260,7 @@ class EngineQueue:
             abandoned += gone
             delays[self.max_wait] = delays.get(self.max_wait, 0.0) + gone
         self.waiting = sum(c[1] for c in self._cohorts) if self._cohorts else 0.0
-        return Served(served, abandoned, self.waiting)
+        return Served(served, abandoned, self.waiting, waited)
 
 
 @dataclass(frozen=True)
@@ -283,6 +285,7 @@ class Observation:
     kv_cache: float = math.nan
     ttft: float = math.nan
     abandoned: float = 0.0  # requests abandoned this second (waited ``max_queue_seconds``): aborted
+    waited: float = 0.0  # seconds the requests started this second had waited, summed
 
     def samples(self) -> dict[str, float]:
         values = dict.fromkeys(self.loading, 0.0)
@@ -319,6 +322,7 @@ def observe(
             step.served,
             step.waiting,
             abandoned=step.abandoned,
+            waited=step.waited,
         )
     running = step.served * workload.request_seconds
     slots = capacity * workload.request_seconds
@@ -335,4 +339,5 @@ def observe(
         min(100.0, 100.0 * (running + step.waiting) / slots) if slots > 0 else 100.0,
         workload.base_ttft_seconds + step.waiting / capacity,
         abandoned=step.abandoned,
+        waited=step.waited,
     )

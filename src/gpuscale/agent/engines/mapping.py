@@ -88,6 +88,8 @@ _FIELDS = (
     "generation_tokens",
     "requests_finished",
     "requests_aborted",
+    "queue_time_sum",
+    "queue_time_count",
 )
 
 
@@ -143,6 +145,8 @@ class EngineSpec:
     generation_tokens: tuple[Counter, ...] = ()
     requests_finished: tuple[Counter, ...] = ()
     requests_aborted: tuple[Counter, ...] = ()
+    queue_time_sum: tuple[Counter, ...] = ()
+    queue_time_count: tuple[Counter, ...] = ()
     optional: tuple[str, ...] = ()  # fields not every server of this engine exposes: no note when absent
 
     def families(self) -> set[str]:
@@ -176,7 +180,10 @@ VLLM = EngineSpec(
     generation_tokens=(Counter("vllm:generation_tokens_total"),),
     requests_finished=(Counter("vllm:request_success_total"),),
     requests_aborted=(Counter("vllm:request_success_total", match=(("finished_reason", "abort"),)),),
-    optional=("requests_aborted",),  # a server that aborted nothing may not have that series yet
+    queue_time_sum=(Counter("vllm:request_queue_time_seconds_sum"),),
+    queue_time_count=(Counter("vllm:request_queue_time_seconds_count"),),
+    # a server that aborted nothing may not have that series yet; the queue time is newer than the rest
+    optional=("requests_aborted", "queue_time_sum", "queue_time_count"),
 )
 SGLANG = EngineSpec(
     name="sglang",
