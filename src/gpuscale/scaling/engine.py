@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -94,17 +94,23 @@ def _series(samples: Sequence[EngineSample], name: str) -> list[tuple[float, Mod
     return [(s.timestamp, s.model(name)) for s in samples]
 
 
+def _restart(points: Sequence[tuple[float, ...]], counters: tuple[int, ...]) -> int:
+    """The index of the first reading since the engine last restarted: the last at which one of the
+    ``counters`` (tuple positions) went backwards; 0 when none did."""
+    start = 0
+    for i in range(1, len(points)):
+        if any(points[i][c] < points[i - 1][c] for c in counters):
+            start = i
+    return start
+
+
 def _model_rate(samples: Sequence[EngineSample], name: str, field: CounterField) -> float | None:
     points: list[tuple[float, float]] = []
     for t, m in _series(samples, name):
         value: float | None = getattr(m, field) if m is not None else None
         if value is not None:
             points.append((t, value))
-    start = 0
-    for i in range(1, len(points)):
-        if points[i][1] < points[i - 1][1]:  # went backwards: the engine restarted
-            start = i
-    points = points[start:]
+    points = points[_restart(points, (1,)) :]
     if len(points) < 2 or points[-1][0] <= points[0][0]:
         return None
     (t0, v0), (t1, v1) = points[0], points[-1]
@@ -116,15 +122,27 @@ def counter_rate(
 ) -> float | None:
     """Per second over the window (``generation_tokens``: the engine's tokens/s), summed over the models
     when ``model`` is ``None``."""
+    return _summed(samples, now, window, model, lambda picked, name: _model_rate(picked, name, field))
+
+
+def _summed(
+    samples: Sequence[EngineSample],
+    now: float,
+    window: float,
+    model: str | None,
+    per_model: Callable[[Sequence[EngineSample], str], float | None],
+) -> float | None:
+    """``per_model`` over the window's readings, summed over the newest reading's models (or ``model``);
+    ``None`` when the window is empty or any model's figure is."""
     picked = in_window(samples, now, window)
     if not picked:
         return None
-    total = 0.0
     names = _models(picked[-1], model)
     if not names:
         return None
+    total = 0.0
     for name in names:
-        rate = _model_rate(picked, name, field)
+        rate = per_model(picked, name)
         if rate is None:
             return None
         total += rate
@@ -141,11 +159,7 @@ def _model_arrivals(samples: Sequence[EngineSample], name: str) -> float | None:
         if m is None or m.requests_finished is None or m.waiting is None or m.running is None:
             continue
         points.append((s.timestamp, m.requests_finished, m.waiting + m.running))
-    start = 0
-    for i in range(1, len(points)):
-        if points[i][1] < points[i - 1][1]:
-            start = i
-    points = points[start:]
+    points = points[_restart(points, (1,)) :]
     if len(points) < 2 or points[-1][0] <= points[0][0]:
         return None
     (t0, f0, i0), (t1, f1, i1) = points[0], points[-1]
@@ -176,10 +190,7 @@ def _model_joining(samples: Sequence[EngineSample], name: str) -> float | None:
             continue
         points.append((s.timestamp, m.queue_time_sum, m.queue_time_count))
         waiting.append(m.waiting)
-    start = 0
-    for i in range(1, len(points)):
-        if points[i][2] < points[i - 1][2] or points[i][1] < points[i - 1][1]:
-            start = i
+    start = _restart(points, (1, 2))
     points, waiting = points[start:], waiting[start:]
     if len(points) < 2:
         return None
@@ -196,19 +207,7 @@ def arrival_rate(
 ) -> float | None:
     """Requests arriving per second over the window (``_model_arrivals``), summed over the models when
     ``model`` is ``None``; ``None`` when a model lacks the finished counter or a queue gauge."""
-    picked = in_window(samples, now, window)
-    if not picked:
-        return None
-    names = _models(picked[-1], model)
-    if not names:
-        return None
-    total = 0.0
-    for name in names:
-        rate = _model_arrivals(picked, name)
-        if rate is None:
-            return None
-        total += rate
-    return total
+    return _summed(samples, now, window, model, _model_arrivals)
 
 
 def _restarted(before: BucketCounts, after: BucketCounts) -> bool:
@@ -331,11 +330,7 @@ def _model_served(samples: Sequence[EngineSample], name: str) -> float | None:
         if m is None or m.requests_finished is None:
             continue
         points.append((s.timestamp, m.requests_finished, m.requests_aborted or 0.0))
-    start = 0
-    for i in range(1, len(points)):
-        if points[i][1] < points[i - 1][1] or points[i][2] < points[i - 1][2]:
-            start = i
-    points = points[start:]
+    points = points[_restart(points, (1, 2)) :]
     if len(points) < 2 or points[-1][0] <= points[0][0]:
         return None
     (t0, f0, a0), (t1, f1, a1) = points[0], points[-1]
@@ -349,17 +344,7 @@ def served_rate(md: TriggerMetadata, samples: Sequence[EngineSample], now: float
     fresh = in_window(samples, now, md.stale_after)
     if not fresh:
         return None
-    picked = in_window(fresh, now, max(md.window, _two_samples(fresh, now)))
-    names = _models(picked[-1], md.model) if picked else []
-    if not names:
-        return None
-    total = 0.0
-    for name in names:
-        rate = _model_served(picked, name)
-        if rate is None:
-            return None
-        total += rate
-    return total
+    return _summed(fresh, now, max(md.window, _two_samples(fresh, now)), md.model, _model_served)
 
 
 def pod_value(md: TriggerMetadata, samples: Sequence[EngineSample], now: float) -> float | None:
