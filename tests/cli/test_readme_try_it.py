@@ -28,9 +28,19 @@ def readme_commands() -> dict[str, list[str]]:
     text = README.read_text().replace("\\\n", " ")
     found = {}
     for name in ("agent", "scaler", "query"):
-        (line,) = re.findall(rf"^gpuscale {name} .*$", text, re.M)
+        (line,) = re.findall(rf"^\.venv/bin/gpuscale {name} .*$", text, re.M)
         found[name] = shlex.split(line, comments=True)[1:]
     return found
+
+
+def test_every_command_of_try_it_runs_from_a_fresh_checkout() -> None:
+    """``gpuscale`` is on no PATH until the virtual environment is activated: each command of "Try it" and
+    "The other commands" is ``.venv/bin/gpuscale``, as the first ones are."""
+    section = README.read_text().split("## Try it\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"^```sh\n(.*?)^```$", section, re.M | re.S)
+    lines = [line for block in blocks for line in block.splitlines() if line and not line.startswith(" ")]
+    assert len(lines) >= 9, lines
+    assert [line for line in lines if not line.startswith(".venv/bin/gpuscale ")] == []
 
 
 def _gpuscale(*argv: str) -> list[str]:
