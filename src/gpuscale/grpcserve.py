@@ -41,8 +41,12 @@ async def serve_grpc(
     names = [name for name, _ in services]
     reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
     port = add_server_port(server, join_host_port(*split_address(address)), tls, flag=flag)
-    await server.start()
-    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    for name in names:
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    try:
+        await server.start()
+        await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        for name in names:
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    except BaseException:  # cancelled (a signal during start-up): the caller never gets the server to stop
+        await server.stop(None)
+        raise
     return server, port

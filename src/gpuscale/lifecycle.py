@@ -19,7 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
-__all__ = ["EVENT_LOOPS", "cancel_tasks", "event_loop_factory", "run", "within"]
+__all__ = ["EVENT_LOOPS", "cancel_tasks", "event_loop_factory", "run", "unless_stopped", "within"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,27 @@ async def within(step: Awaitable[object], seconds: float, what: str) -> bool:
     except TimeoutError:
         log.warning("%s did not finish within %.1fs during shutdown; going on without it", what, seconds)
         return False
+    return True
+
+
+async def unless_stopped(step: Awaitable[object], stop: asyncio.Event, seconds: float = 5.0) -> bool:
+    """Await ``step`` until it ends or ``stop`` is set; False when ``stop`` came first (``step`` is then
+    cancelled and waited for, at most ``seconds``). A service's start can take long (the scaler spawning its
+    ingest workers, an API server that does not answer): a SIGTERM meanwhile acts now, not once it is done.
+    The step's own error is raised."""
+    task = asyncio.ensure_future(step)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait((task, stopped), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not task.done():
+            task.cancel()
+            if not (await asyncio.wait((task,), timeout=seconds))[0]:
+                log.warning("start-up ignored its cancellation for %.1fs; going on without it", seconds)
+    if not task.done() or task.cancelled():
+        return False
+    task.result()
     return True
 
 

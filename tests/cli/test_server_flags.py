@@ -1,6 +1,7 @@
 """Flags of the long-running commands. ``--event-loop``: the agent and the scaler run on uvloop when it is
 installed (``auto``), on asyncio's own loop when asked, and refuse an unknown or unavailable loop before
-starting anything. ``--ingest-workers``: a whole number, 0 or more."""
+starting anything. ``--ingest-workers`` (``GPUSCALE_INGEST_WORKERS``): a whole number from 0 to 64, the
+chart's bound too; a bad value is one line naming where it came from."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def test_cli_refuses_a_bad_event_loop_with_exit_code_2(command: str) -> None:
     ), r.stderr
 
 
-@pytest.mark.parametrize("value", ["-1", "two", "1.5"])
+@pytest.mark.parametrize("value", ["-1", "two", "1.5", "65", "100000"])
 def test_scaler_refuses_a_bad_ingest_workers_count(value: str) -> None:
     r = subprocess.run(
         [sys.executable, "-m", "gpuscale", "scaler", "--agents", "127.0.0.1:1", "--ingest-workers", value],
@@ -63,8 +64,55 @@ def test_scaler_refuses_a_bad_ingest_workers_count(value: str) -> None:
     )
     assert r.returncode == 2, r.stderr
     assert (
-        r.stderr.strip() == f'gpuscale: error: --ingest-workers "{value}" must be a whole number, 0 or more'
+        r.stderr.strip() == f'gpuscale: error: --ingest-workers "{value}" must be a whole number from 0 to 64'
     )
+
+
+def test_scaler_refuses_a_bad_ingest_workers_count_from_the_environment() -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "gpuscale", "scaler", "--agents", "127.0.0.1:1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "GPUSCALE_INGEST_WORKERS": "100000"},
+    )
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == (
+        'gpuscale: error: GPUSCALE_INGEST_WORKERS "100000" must be a whole number from 0 to 64'
+    )
+
+
+@pytest.mark.parametrize(
+    ("flag", "environment", "workers"),
+    [(None, None, 0), (None, "64", 64), ("3", "100000", 3), ("0", None, 0)],
+)
+def test_ingest_workers_from_the_flag_else_the_environment(
+    flag: str | None, environment: str | None, workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import argparse
+
+    from gpuscale.cli import scaler as cli
+
+    if environment is None:
+        monkeypatch.delenv("GPUSCALE_INGEST_WORKERS", raising=False)
+    else:
+        monkeypatch.setenv("GPUSCALE_INGEST_WORKERS", environment)
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers())
+    given = ["--ingest-workers", flag] if flag is not None else []
+    args = parser.parse_args(["scaler", "--agents", "127.0.0.1:6000", *given])
+    assert cli.settings_from_args(args).ingest_workers == workers
+
+
+def test_the_chart_bounds_ingest_workers_as_the_scaler_does() -> None:
+    import json
+    from pathlib import Path
+
+    from gpuscale.scaler.ingest import MAX_WORKERS
+
+    schema = json.loads((Path(__file__).parents[2] / "deploy/helm/gpuscale/values.schema.json").read_text())
+    bounds = schema["properties"]["scaler"]["properties"]["ingestWorkers"]
+    assert (bounds["minimum"], bounds["maximum"]) == (0, MAX_WORKERS)
 
 
 @pytest.mark.parametrize(

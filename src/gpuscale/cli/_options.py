@@ -28,6 +28,7 @@ __all__ = [
     "add_server_tls_arguments",
     "backend_from_args",
     "check_server_arguments",
+    "count_in_range",
     "env",
     "env_flag",
     "existing_file",
@@ -74,6 +75,22 @@ def _int(text: str | None, flag: str) -> int:
         return int(text or "")
     except ValueError:
         raise UsageError(f'{flag} "{text}" must be an integer') from None
+
+
+def count_in_range(given: str | None, flag: str, name: str, *, default: int, maximum: int) -> int:
+    """A whole number from 0 to ``maximum``: ``given`` when the flag was on the command line (an option with
+    default ``None``), else ``GPUSCALE_<NAME>``, else ``default``. A bad value is a ``UsageError`` naming
+    where it came from (the flag or the variable), the value and what is allowed."""
+    source, text = (flag, given) if given is not None else (f"GPUSCALE_{name}", env(name))
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= maximum:
+        raise UsageError(f'{source} "{text}" must be a whole number from 0 to {maximum}')
+    return value
 
 
 def positive_seconds(text: str, flag: str) -> float:

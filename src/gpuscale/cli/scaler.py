@@ -12,6 +12,7 @@ from pathlib import Path
 from .. import lifecycle
 from ..errors import UsageError
 from ..netaddr import parse_host_port
+from ..scaler.ingest import MAX_WORKERS
 from ..scaler.profiles_file import load_profiles
 from ..scaler.server import Scaler, ScalerSettings
 from ..scaler.subscriber import SubscriberSettings
@@ -21,6 +22,7 @@ from ._options import (
     add_server_arguments,
     add_server_tls_arguments,
     check_server_arguments,
+    count_in_range,
     env,
     existing_file,
     kubeconfig_errors,
@@ -77,10 +79,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     a.add_argument(
         "--ingest-workers",
-        default=env("INGEST_WORKERS", "0"),
+        default=None,  # GPUSCALE_INGEST_WORKERS is read in settings_from_args, to name it in an error
         help="read the agents' streams in this many child processes, leaving the main process's event loop "
         "to KEDA's calls (default 0: in the main process; 1 or more from a few hundred nodes, see "
-        "docs/performance.md)",
+        f"docs/performance.md; at most {MAX_WORKERS})",
     )
     add_server_arguments(p, grpc_port=6001, metrics_port=9401, grpc_serves="ExternalScaler")
     p.add_argument(
@@ -141,12 +143,9 @@ def settings_from_args(args: argparse.Namespace) -> ScalerSettings:
         parse_host_port(args.agents_dns, "--agents-dns")
     check_server_arguments(args)
     kubeconfig = kubeconfig_from_args(args)
-    try:
-        workers = int(args.ingest_workers)
-    except ValueError:
-        workers = -1
-    if workers < 0:
-        raise UsageError(f'--ingest-workers "{args.ingest_workers}" must be a whole number, 0 or more')
+    workers = count_in_range(
+        args.ingest_workers, "--ingest-workers", "INGEST_WORKERS", default=0, maximum=MAX_WORKERS
+    )
     tls = server_tls_from_args(args)
     agent_tls = agent_tls_from_args(args)
     return ScalerSettings(
@@ -187,7 +186,10 @@ async def serve(settings: ScalerSettings, profiles: ProfileSet | None) -> None:
         loop.add_signal_handler(sig, stop.set)
     try:
         with kubeconfig_errors(settings.kubeconfig):
-            await scaler.start()  # a failed start (an address in use) still stops what it had started
+            # a failed start (an address in use) still stops what it had started; a signal cancels it
+            if not await lifecycle.unless_stopped(scaler.start(), stop):
+                log.info("stopping: signalled during start-up")
+                return
         log.info(
             "scaler serving gRPC on :%d%s and metrics on :%d",
             scaler.grpc_port,

@@ -39,19 +39,21 @@ import zlib
 from collections.abc import Callable, Iterable, Sequence
 
 from .._proto import agent_pb2
-from ..lifecycle import within
+from ..lifecycle import cancel_tasks, within
 from ..logs import configure_logging
 from .metrics import ScalerMetrics
 from .state import ClusterState
 from .subscriber import AgentPool, SubscriberSettings
 
-__all__ = ["FrameWriter", "WorkerPool", "shard_of"]
+__all__ = ["MAX_WORKERS", "FrameWriter", "WorkerPool", "shard_of"]
 
 log = logging.getLogger(__name__)
 
 _UPDATE, _DISCONNECTED, _RECONNECT = b"U", b"D", b"R"
 _RESTART_INITIAL_S = 0.5
 _RESTART_MAX_S = 10.0
+_CLOSE_GRACE_S = 1.0  # for the workers to end their streams once their stdin closes; then they are killed
+MAX_WORKERS = 64  # the most workers a scaler runs (a CPU each; the chart's schema says the same)
 
 
 def shard_of(address: str, workers: int) -> int:
@@ -92,8 +94,8 @@ class WorkerPool:
         log_level: str = "info",
         log_format: str = "text",
     ) -> None:
-        if workers < 1:
-            raise ValueError(f"workers must be at least 1, not {workers}")
+        if not 1 <= workers <= MAX_WORKERS:
+            raise ValueError(f"workers must be from 1 to {MAX_WORKERS}, not {workers}")
         self.state = state
         self.settings = settings
         self.metrics = metrics
@@ -105,6 +107,7 @@ class WorkerPool:
         self._addresses: list[str] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
+        self._started = False
 
     @property
     def addresses(self) -> list[str]:
@@ -129,25 +132,35 @@ class WorkerPool:
 
     async def start(self) -> None:
         """Spawn the workers (before the scaler's gRPC server starts: gRPC logs a warning about a fork while
-        its threads are busy) and supervise them."""
+        its threads are busy) and supervise them. Cancelled midway (a SIGTERM during start-up), the workers
+        spawned so far are ``close``'s to kill; the one being spawned is killed by asyncio."""
         for w in self.workers:
             await self._spawn(w)
         self._tasks = [
             asyncio.create_task(self._supervise(w), name=f"ingest worker {w.index}") for w in self.workers
         ]
+        self._started = True
 
     async def close(self) -> None:
+        """Stop every worker: close its stdin (its signal to end its streams), wait for them all together
+        for ``_CLOSE_GRACE_S``, kill the rest and reap them. After a start that did not finish, kill at once:
+        a worker still importing would take seconds to read its stdin. No worker outlives the scaler."""
         self._closing = True
-        for w in self.workers:
-            if w.proc is not None and w.proc.stdin is not None:
-                w.proc.stdin.close()  # the worker's signal to stop
-        for w in self.workers:
-            if w.proc is not None and not await within(w.proc.wait(), 3.0, f"ingest worker {w.index}"):
+        await cancel_tasks(self._tasks)  # the supervisors first: none may spawn a worker again
+        self._tasks = []
+        procs = [w.proc for w in self.workers if w.proc is not None and w.proc.returncode is None]
+        for proc in procs:
+            if proc.stdin is not None:
+                proc.stdin.close()
+        waits = [asyncio.ensure_future(proc.wait()) for proc in procs]
+        if waits and self._started:
+            await asyncio.wait(waits, timeout=_CLOSE_GRACE_S)
+        for proc in procs:
+            if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
-                    w.proc.kill()
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+                    proc.kill()
+        if waits:
+            await within(asyncio.gather(*waits), 2.0, f"reaping {len(waits)} ingest workers")
 
     async def _supervise(self, worker: _Worker) -> None:
         backoff = _RESTART_INITIAL_S
