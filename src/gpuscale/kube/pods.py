@@ -23,8 +23,8 @@ from datetime import datetime
 from typing import NamedTuple
 
 from ..model import ContainerRef, PodInfo
-from ._http import Json, KubeApi
-from .errors import KubeConfigError
+from ._http import Json, KubeApi, get_json
+from .errors import KubeApiError, KubeConfigError
 from .incluster import InClusterApi
 from .informer import NodeListWatch, WatchSettings
 from .podresources import is_gpu_resource
@@ -36,6 +36,8 @@ __all__ = [
     "Readiness",
     "WatchSettings",
     "api_client_from",
+    "api_server",
+    "api_unreachable",
     "kept_annotations",
     "parse_time",
     "readiness",
@@ -71,6 +73,27 @@ async def api_client_from(kubeconfig: str | None, in_cluster: bool) -> KubeApi:
             why = "not a kubeconfig (a YAML mapping of clusters, contexts and users)"
         raise KubeConfigError(f"cannot load the kubeconfig {kubeconfig or '(default)'}: {why}") from e
     return ApiClient(configuration=configuration)
+
+
+def api_server(api: KubeApi) -> str:
+    """The API server's address (``https://host:port``), for messages."""
+    if isinstance(api, InClusterApi):
+        return api.server
+    return str(api.configuration.host)
+
+
+async def api_unreachable(api: KubeApi, *, timeout: float) -> str | None:
+    """Why the API server cannot be used, or ``None``: no answer at all (connection refused, DNS, TLS, a
+    timeout), or 401 (it refuses the credentials). ``GET /version``, which every client may read; any other
+    answer, an error status included, is an API server reached."""
+    try:
+        await get_json(api, "/version", timeout=timeout)
+    except KubeApiError as e:
+        if e.status == 0:
+            return e.message
+        if e.status == 401:
+            return f"HTTP 401: it refuses the credentials ({e.message})"
+    return None
 
 
 def strip_runtime_prefix(container_id: str) -> str:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from ._http import KubeApi, get_json
 from .errors import KubeApiError
 from .pods import readiness, wants_gpu
+from .workloads import _cancel
 
 __all__ = ["ApiGpuPod", "WorkloadPodLister"]
 
@@ -102,6 +103,10 @@ class WorkloadPodLister:
         task.add_done_callback(lambda _: self._inflight.pop(key, None))
         if key not in self._lists:
             await asyncio.shield(task)
+
+    async def close(self) -> None:
+        """End the lists in flight, before the API client closes (see ``WorkloadResolver.close``)."""
+        await _cancel(self._inflight.values())
 
     async def _list(self, namespace: str, selector: str) -> None:
         key = (namespace, selector)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from ._http import Json, KubeApi, get_json
 from .errors import KubeApiError, WorkloadResolutionError
@@ -37,6 +38,16 @@ class ResolvedWorkload:
     scaled_object: str
     target: ScaleTarget
     selector: str
+
+
+async def _cancel(tasks: Iterable[asyncio.Future[Any]]) -> None:
+    """Cancel ``tasks`` and wait for them to end, their outcome retrieved (so none is logged as never
+    retrieved)."""
+    pending = list(tasks)
+    for t in pending:
+        t.cancel()
+    if pending:
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
 def _api_base(api_version: str) -> str:
@@ -89,6 +100,12 @@ class WorkloadResolver:
 
     def invalidate(self, namespace: str, name: str) -> None:
         self._cache.pop((namespace, name), None)
+
+    async def close(self) -> None:
+        """End the lookups in flight, before the API client closes: a caller's cancellation does not reach
+        them (they are shared, behind ``asyncio.shield``), and one left running would fail on the closed
+        client."""
+        await _cancel(self._inflight.values())
 
     async def _get(self, path: str) -> Json:
         return await get_json(self.api, path, timeout=self.request_timeout_s)

@@ -47,6 +47,7 @@ class ScalerSettings:
     tls: TlsFiles | None = None
     history_s: float = 120.0
     ready_grace_s: float = 10.0  # ready after this even if some discovered agents never answered
+    api_check_s: float = 10.0  # seconds between checks that the Kubernetes API answers (/readyz)
     subscriber: SubscriberSettings = field(default_factory=SubscriberSettings)
     ingest_workers: int = 0  # > 0: read the agent streams in that many child processes (scaler/ingest.py)
     event_loop: str = "auto"  # of the ingest workers
@@ -100,6 +101,9 @@ class Scaler:
         self._started = 0.0
         self._discovered = False
         self._view_complete = False
+        self._api_problem: str | None = None
+        self._resolver: Any = None  # kube.workloads.WorkloadResolver, when there is an API
+        self._pods: Any = None  # kube.workload_pods.WorkloadPodLister, likewise
         self.metrics.bind(
             agents_connected=lambda: self.pool.connected,
             agents_known=lambda: len(self.pool.addresses),
@@ -120,8 +124,8 @@ class Scaler:
             from ..kube.workload_pods import WorkloadPodLister
             from ..kube.workloads import WorkloadResolver
 
-            resolver = WorkloadResolver(self._api)
-            pods = WorkloadPodLister(self._api)
+            resolver = self._resolver = WorkloadResolver(self._api)
+            pods = self._pods = WorkloadPodLister(self._api)
         else:
             log.warning(
                 "no Kubernetes API (--kubeconfig or in-cluster): workload scope works only with podSelector "
@@ -143,6 +147,41 @@ class Scaler:
         discovery = self._discovery = self._discovery or self._discovery_from_settings()
         interval = s.dns_interval_s if isinstance(discovery, DnsDiscovery) else 30.0
         self._tasks.append(asyncio.create_task(follow(discovery, self._apply_discovery, interval)))
+        if self._api is not None:
+            from ..kube.pods import api_server
+
+            self._api_problem = f"the Kubernetes API at {api_server(self._api)} has not answered yet"
+            self._tasks.append(
+                asyncio.create_task(self._check_api(self._api), name="the Kubernetes API check")
+            )
+
+    async def _check_api(self, api: Any) -> None:
+        """Ask the Kubernetes API every ``api_check_s`` whether it answers: ``/readyz`` is not ready while it
+        does not (workload scope without ``podSelector`` cannot find its pods). One warning when it stops
+        answering, naming the server, one line when it answers again."""
+        from ..kube.pods import api_server, api_unreachable
+
+        server = api_server(api)
+        every = self.settings.api_check_s
+        down = False
+        while True:
+            why = await api_unreachable(api, timeout=min(5.0, every))
+            if why is None:
+                if down:
+                    log.info("the Kubernetes API at %s answers again", server)
+                self._api_problem, down = None, False
+            else:
+                self._api_problem = f"the Kubernetes API at {server} cannot be reached: {why}"
+                if not down:
+                    log.warning(
+                        "the Kubernetes API at %s cannot be reached (%s): not ready until it can; "
+                        "ScaledObjects without podSelector cannot find their pods meanwhile (check "
+                        "--kubeconfig, or the in-cluster service account and network policy)",
+                        server,
+                        why,
+                    )
+                down = True
+            await asyncio.sleep(every)
 
     def _discovery_from_settings(self) -> Discovery:
         if self.settings.agents_dns:
@@ -164,6 +203,10 @@ class Scaler:
             await within(self._grpc.stop(grace=0.5), 3.0, "the scaler's gRPC server")
         if self._http is not None:
             await within(self._http.cleanup(), 3.0, "the scaler's HTTP server")
+        # no call is left: the API lookups they started (shared, shielded) run on, and end before it closes
+        for lookups, what in ((self._resolver, "the ScaledObject lookups"), (self._pods, "the pod lists")):
+            if lookups is not None:
+                await within(lookups.close(), 3.0, what)
         if self._own_api and self._api is not None:
             await within(self._api.close(), 3.0, "the Kubernetes API client")
 
@@ -216,8 +259,11 @@ class Scaler:
         return "\n".join(lines)
 
     def ready_problem(self) -> str | None:
-        """Ready once every discovered agent has sent its complete state, or ``ready_grace_s`` after start."""
-        return self.view_problem()
+        """Ready once every discovered agent has sent its complete state (or ``ready_grace_s`` after start)
+        and, where the scaler has one, while the Kubernetes API answers. Liveness (``/healthz``) is neither:
+        restarting the scaler mends neither."""
+        problems = [p for p in (self.view_problem(), self._api_problem) if p is not None]
+        return "; ".join(problems) if problems else None
 
     def view_problem(self) -> str | None:
         """Why the scaler's view of the cluster is not complete yet, or ``None``. Until every discovered agent
