@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import grpc
 import pytest
@@ -67,3 +68,33 @@ async def test_pool_follows_node_labels(
     assert 'nodeSelector "nvidia.com/gpu.product=NVIDIA-B200"' in details
     assert "of 3 nodes followed" in details
     assert "get, list and watch on nodes" in details
+
+
+async def test_explain_in_pool_scope_names_the_nodes_and_the_gpus(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``query --explain`` of a pool trigger: the node selector, each GPU without a pod, and the answer as the
+    aggregate over the GPUs (no pods to multiply by)."""
+    from gpuscale.cli.query import _print_explain
+    from gpuscale.scaler.wire import ScaledObjectKey
+
+    node = await cluster.node("node-a", "constant:40,constant:60", gpus=2)
+    scaler = await cluster.scaler(kube=False)
+    await until(lambda: scaler.view_problem() is None, what="the agent's view complete")
+    assert scaler.service is not None
+    key = ScaledObjectKey("gpu-pool", "default", pool("kubernetes.io/hostname=node-a"))
+    await until(lambda: _answered(scaler, key), what="an answer")
+    _print_explain(await scaler.service.explain(key))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == [
+        "ScaledObject default/gpu-pool",
+        "  nodes: kubernetes.io/hostname=node-a (scope pool)",
+    ]
+    gpus = sorted(line.split(":")[0] for line in lines if line.startswith("  GPU "))
+    assert gpus == sorted(f"  GPU {u}" for u in node.uuids)
+    assert lines[-1] == "  answer: value 50 (avg over 2 GPUs), active"
+    assert not [line for line in lines if "None" in line or " - " in line or "0 pods" in line]
+
+
+async def _answered(scaler: Any, key: Any) -> bool:
+    return "answer" in await scaler.service.explain(key)

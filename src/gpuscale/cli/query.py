@@ -245,11 +245,14 @@ def explain(
 
 def _print_explain(e: dict[str, Any]) -> None:
     print(f"ScaledObject {e.get('scaledObject')}")
-    q = e.get("query")
-    if q:
-        print(
-            f"  pods: {q.get('podSelector') or '-'} in {q.get('namespace') or '-'} (scope {q.get('scope')})"
-        )
+    q = e.get("query") or {}
+    scope = q.get("scope")
+    if scope == "workload":
+        print(f"  pods: {q.get('podSelector') or '-'} in {q.get('namespace') or '-'} (scope workload)")
+    elif scope == "pool":
+        print(f"  nodes: {q.get('nodeSelector') or 'every node'} (scope pool)")
+    elif scope:
+        print(f"  GPUs: every GPU of the node (scope {scope})")
     for p in e.get("gpuPods", []):
         ready = p.get("ready")
         took = p.get("scheduledToReadySeconds")
@@ -269,11 +272,11 @@ def _print_explain(e: dict[str, Any]) -> None:
         )
     for g in e.get("gpus", []):
         age = g.get("newestSampleAge")
+        gpu = f"GPU {g['uuid']}" + (f" of {g['pod']}" if g.get("pod") else "")  # pool scope: no pod
         if "leftOut" in g:
-            print(f"  GPU {g['uuid']} of {g.get('pod')}: left out: {g['leftOut']}")
+            print(f"  {gpu}: left out: {g['leftOut']}")
         elif "value" in g:
-            value = f"{g['value']:g} over {g['samples']} samples, newest {age} s old"
-            print(f"  GPU {g['uuid']} of {g.get('pod')}: {value}")
+            print(f"  {gpu}: {g['value']:g} over {g['samples']} samples, newest {age} s old")
     for x in e.get("engines", []):
         print(
             f"  engine of {x['pod']}: {x['readings']} readings"
@@ -288,10 +291,12 @@ def _print_explain(e: dict[str, Any]) -> None:
             present = a.get("present")
             before = f" (present value {present:g})" if isinstance(present, int | float) else ""
             decided = f"; {a['decided']}{before}"
-        print(
-            f"  answer: value {a['value']:g} (aggregate {a['aggregate']:g} x {a['pods']} pods{missing}"
-            f"{loading}{decided}), {'active' if a['active'] else 'inactive'}"
-        )
+        if scope == "workload":
+            how = f"aggregate {a['aggregate']:g} x {a['pods']} pods{missing}{loading}{decided}"
+        else:  # the aggregate itself: no pods to multiply by
+            aggregation = (e.get("metadata") or {}).get("aggregation", "aggregate")
+            how = f"{aggregation} over {a.get('gpus', 0)} GPUs{decided}"
+        print(f"  answer: value {a['value']:g} ({how}), {'active' if a['active'] else 'inactive'}")
     if "error" in e:
         print(f"  answer: {e['error']['code']}: {e['error']['message']}")
 
