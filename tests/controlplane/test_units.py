@@ -97,3 +97,22 @@ def test_a_component_that_fails_to_start_is_named_with_its_log(tmp_path: Path) -
     assert str(e.value).startswith("etcd exited with code 1; its log is ")
     assert "address already in use" in str(e.value)
     assert plane.processes == []
+
+
+def test_the_controller_manager_runs_the_daemonset_controller() -> None:
+    """A ``helm install`` into the control plane gets its agent DaemonSet's pods (``DESIRED`` = the kwok
+    nodes), as in a cluster; every name is one kube-controller-manager knows, where its source is at hand
+    (the Go module cache the build fills)."""
+    import os
+    import re
+
+    from gpuscale.controlplane.launcher import CONTROLLERS
+
+    assert "daemonset-controller" in CONTROLLERS
+    kubernetes = versions(go_modules_dir())["kubernetes"]
+    cache = Path(os.environ.get("GOMODCACHE") or Path.home() / "go" / "pkg" / "mod")
+    names = cache / f"k8s.io/kubernetes@{kubernetes}/cmd/kube-controller-manager/names/controller_names.go"
+    if not names.is_file():
+        pytest.skip(f"{names} is not there (the control plane was not built here)")
+    known = set(re.findall(r'= "([a-z-]+-controller)"', names.read_text()))
+    assert set(CONTROLLERS) <= known, set(CONTROLLERS) - known

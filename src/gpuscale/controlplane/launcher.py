@@ -1,7 +1,7 @@
 """Start the real control plane on loopback: etcd, kube-apiserver (RBAC), kube-controller-manager
-(deployment, replicaset, HPA, garbage collector, namespace, service-account and node-lifecycle controllers),
-kube-scheduler, kwok with fake GPU nodes, the KEDA operator and KEDA's metrics API server registered as
-``external.metrics.k8s.io``.
+(deployment, replicaset, daemonset, HPA, garbage collector, namespace, service-account and node-lifecycle
+controllers), kube-scheduler, kwok with fake GPU nodes, the KEDA operator and KEDA's metrics API server
+registered as ``external.metrics.k8s.io``.
 
 Each process writes ``<workdir>/logs/<name>.log``; one that exits or does not become ready within its time
 raises ``ComponentFailed`` naming it, with the last lines of its log. Every port is a free port chosen at
@@ -37,12 +37,23 @@ from .client import KubeClient, load_documents, wait_for
 from .errors import ComponentFailed
 from .pki import Pki, make_pki
 
-__all__ = ["ControlPlane", "GpuNode", "Process", "write_kubeconfig"]
+__all__ = ["CONTROLLERS", "ControlPlane", "GpuNode", "Process", "write_kubeconfig"]
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 GPU_RESOURCE = "nvidia.com/gpu"
 KEDA_NAMESPACE = "keda"
 APISERVICE = "v1beta1.external.metrics.k8s.io"
+# kube-controller-manager's --controllers (its names: cmd/kube-controller-manager/names/controller_names.go)
+CONTROLLERS = (
+    "deployment-controller",
+    "replicaset-controller",
+    "daemonset-controller",  # the chart's agent DaemonSet gets a pod per kwok node (kwok runs no container)
+    "horizontal-pod-autoscaler-controller",
+    "garbage-collector-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "node-lifecycle-controller",  # lifts the not-ready taint once kwok reports the node Ready
+)
 
 
 @dataclass(frozen=True)
@@ -305,15 +316,6 @@ class ControlPlane:
         )
 
     def _controller_manager(self) -> None:
-        controllers = [
-            "deployment-controller",
-            "replicaset-controller",
-            "horizontal-pod-autoscaler-controller",
-            "garbage-collector-controller",
-            "namespace-controller",
-            "serviceaccount-controller",
-            "node-lifecycle-controller",  # lifts the not-ready taint once kwok reports the node Ready
-        ]
         proc = start_process(
             "kube-controller-manager",
             [
@@ -321,7 +323,7 @@ class ControlPlane:
                 f"--kubeconfig={self.kubeconfig}",
                 "--leader-elect=false",
                 "--secure-port=0",
-                f"--controllers={','.join(controllers)}",
+                f"--controllers={','.join(CONTROLLERS)}",
                 f"--horizontal-pod-autoscaler-sync-period={self.hpa_sync_period}",
             ],
             self.log_dir,
