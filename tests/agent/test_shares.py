@@ -126,3 +126,44 @@ async def test_single_holder_gets_its_processes_without_the_api(
 
     assert await eventually(share) == pytest.approx(60.0)
     await asyncio.sleep(0)
+
+
+async def test_shares_no_cgroup_tells_are_left_out_never_zero(
+    start_agent: AgentFactory, kubelet: FakeKubelet, apiserver: FakeApiServer, tmp_path: Path
+) -> None:
+    """Two pods time-slice GPU 0 (``GPU-x::0``, ``GPU-x::1``), 80 % busy from two processes, and no cgroup
+    matches them (no hostPID): neither pod's SM utilization nor memory is known. Each keeps its allocation."""
+    for name in ("embed-a", "embed-b"):
+        apiserver.add_pod(make_pod("ai", name, node=NODE, containers={"worker": f"containerd://{name}"}))
+    cfg = MockConfig(
+        gpus=1,
+        patterns=parse_patterns("constant:80"),
+        node=NODE,
+        processes={0: (MockProcess(2001, 0.5), MockProcess(2002, 0.5))},
+    )
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", apiserver.url)
+    watcher = NodePodWatcher(await api_client_from(str(kubeconfig), False), NODE)
+    (tmp_path / "proc").mkdir()
+    agent = await start_agent(backend=MockBackend(cfg), pods=watcher, proc_root=tmp_path / "proc", node=NODE)
+    gpu0 = agent.state.devices[0].uuid
+    kubelet.pods = [
+        pod_resources("ai", name, {"worker": [("nvidia.com/gpu", [f"{gpu0}::{i}"])]})
+        for i, name in enumerate(("embed-a", "embed-b"))
+    ]
+
+    async def allocated() -> str | None:
+        _, text = await scrape(agent)
+        return text if len(series(text, "DCGM_CUSTOM_CONTAINER_MEM_ALLOCATED")) == 2 else None
+
+    try:
+        text = await eventually(allocated)
+    finally:
+        await watcher.api.close()
+    assert len(agent.state.snapshot.gpus[0].latest.processes) == 2  # type: ignore[union-attr]
+    for name in (
+        "DCGM_CUSTOM_PROCESS_SM_UTIL",
+        "DCGM_CUSTOM_PROCESS_MEM_USED",
+        "DCGM_CUSTOM_PROCESS_GPU_MEM_USED_RATIO",
+    ):
+        assert series(text, name) == [], name
+    assert [v for lab, v in series(text, "DCGM_FI_DEV_GPU_UTIL") if lab["UUID"] == gpu0] == [80.0, 80.0]

@@ -176,11 +176,11 @@ CONTAINER_SERIES = (
 
 @dataclass(frozen=True, slots=True)
 class ContainerShare:
-    """One container's own use of one GPU, summed over its processes."""
+    """One container's own use of one GPU, summed over its processes (``None``: not known)."""
 
     container: ContainerRef
     sm_utilization: float | None
-    memory_used_bytes: int
+    memory_used_bytes: int | None
     memory_allocated_bytes: int | None
 
 
@@ -194,7 +194,7 @@ def container_shares(view: GpuView) -> list[ContainerShare]:
     total = s.memory_total_bytes or view.device.memory_total_bytes
     alloc = None if total is None or not holders else total // len(holders)
     sm: dict[ContainerRef, float | None] = {c: None for c in holders}
-    mem: dict[ContainerRef, int] = {c: 0 for c in holders}
+    mem: dict[ContainerRef, int | None] = {c: None for c in holders}
     for p in s.processes:
         ref = view.owners.get(p.pid)
         if ref is None:
@@ -203,16 +203,15 @@ def container_shares(view: GpuView) -> list[ContainerShare]:
             sm[ref] = (sm.get(ref) or 0.0) + p.sm_utilization
         else:
             sm.setdefault(ref, None)
-        mem[ref] = mem.get(ref, 0) + (p.used_memory_bytes or 0)
-    if (
-        s.processes
-        and all(p.sm_utilization is not None for p in s.processes)
-        and all(p.pid in view.owners for p in s.processes)
-    ):
-        # Every process on the GPU is accounted for: a holder with none of them uses 0 %. When some process
-        # is not attributed (yet), a holder without one is unknown, never a made-up 0.
+        mem[ref] = (mem.get(ref) or 0) + (p.used_memory_bytes or 0)
+    # Every process on the GPU is accounted for: a holder with none of them uses 0. When some process is
+    # not attributed (yet: no cgroup tells), a holder without one is unknown, never a made-up 0.
+    accounted = all(p.pid in view.owners for p in s.processes)
+    if accounted:
+        mem = {c: (0 if v is None else v) for c, v in mem.items()}
+    if s.processes and accounted and all(p.sm_utilization is not None for p in s.processes):
         sm = {c: (0.0 if v is None else v) for c, v in sm.items()}
-    return [ContainerShare(c, sm[c], mem.get(c, 0), alloc if c in holders else None) for c in sm]
+    return [ContainerShare(c, sm[c], mem.get(c), alloc if c in holders else None) for c in sm]
 
 
 class AgentMetrics:
@@ -333,13 +332,12 @@ class GpuCollector(Collector):
                     "ContainerName": c.container,
                     "NodeName": snap.node_name,
                 }
+                used, allocated = share.memory_used_bytes, share.memory_allocated_bytes
                 values = (
                     share.sm_utilization,
-                    share.memory_used_bytes / MIB,
-                    None if share.memory_allocated_bytes is None else share.memory_allocated_bytes / MIB,
-                    None
-                    if not share.memory_allocated_bytes
-                    else share.memory_used_bytes / share.memory_allocated_bytes,
+                    None if used is None else used / MIB,
+                    None if allocated is None else allocated / MIB,
+                    None if used is None or not allocated else used / allocated,
                 )
                 for (name, _), value in zip(CONTAINER_SERIES, values, strict=True):
                     if value is not None:

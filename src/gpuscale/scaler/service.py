@@ -318,7 +318,7 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
             if md.metric in ENGINE_METRICS:
                 gpus.append(gpu)
                 continue
-            extract = extractor(md.metric, md.share, series.pids)
+            extract = extractor(md.metric, md.share, series.pids, series.attributed)
             smoothed = smooth(series.samples, extract, now=now, window=md.window, stale_after=md.stale_after)
             if smoothed is None:
                 newest = series.samples[-1].timestamp if len(series.samples) else None

@@ -213,7 +213,15 @@ class ClusterState:
                 if info.scheduled_at is not None and info.ready_at is not None:
                     started.append(PodStart(f"{ns}/{name}", info.scheduled_at, info.ready_at))
             for uuid, gpu in self._gpus_by_pod.get(key, {}).items():
-                series.append(GpuSeries(uuid, gpu.samples, pod=f"{ns}/{name}", pids=gpu.pids_of(key)))
+                series.append(
+                    GpuSeries(
+                        uuid,
+                        gpu.samples,
+                        pod=f"{ns}/{name}",
+                        pids=gpu.pids_of(key),
+                        attributed=frozenset(gpu.owners),
+                    )
+                )
         present = self._pods_by_ns.get(ns, {})
         for name, (info, readings) in self._departed.get(ns, {}).items():
             if name not in present and (selector is None or selector.matches(info.labels)):

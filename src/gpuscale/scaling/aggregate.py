@@ -72,12 +72,14 @@ _RING_COLUMN: dict[Extract, int] = {_WHOLE[m]: COLUMNS[_PLAIN_FIELDS.get(m, m)] 
 @dataclass(frozen=True, slots=True)
 class GpuSeries:
     """Recent samples of one GPU, oldest first. In workload scope ``pod`` names the workload's pod the GPU is
-    attributed to (``namespace/name``) and ``pids`` its processes on it (``None``: every process)."""
+    attributed to (``namespace/name``), ``pids`` its processes on it (``None``: every process) and
+    ``attributed`` the processes on it whose container the agent could tell, any pod's (``None``: all)."""
 
     uuid: str
     samples: Sequence[GpuSample]
     pod: str | None = None
     pids: frozenset[int] | None = None
+    attributed: frozenset[int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,11 +114,18 @@ class Evaluation:
     present: float | None = None  # the newest readings' value (window 0), when the answer would scale down
 
 
-def extractor(metric: Metric, share: Share = "gpu", pids: Collection[int] | None = None) -> Extract:
+def extractor(
+    metric: Metric,
+    share: Share = "gpu",
+    pids: Collection[int] | None = None,
+    attributed: Collection[int] | None = None,
+) -> Extract:
     """The function reading ``metric`` from a sample. ``share="container"``: the figures of the processes in
     ``pids`` (all when ``None``): summed SM utilization (capped at 100), memory used, or memory used as a
-    percentage of the GPU's. No process at all counts as 0; processes none of which reports the figure, as
-    unknown."""
+    percentage of the GPU's. Processes none of which reports the figure count as unknown. None of ``pids``
+    on the GPU counts as 0 only when every process on it is accounted for (in ``attributed``, any pod's; all
+    when ``None``): while the agent cannot tell whose a process is, it may be this pod's, and the share is
+    unknown, never a made-up 0 (as the agent's ``DCGM_CUSTOM_*`` series)."""
     if share == "gpu":
         return _WHOLE[metric]
     if metric not in ("gpu_utilization", "memory_used", "memory_used_percent"):
@@ -124,6 +133,8 @@ def extractor(metric: Metric, share: Share = "gpu", pids: Collection[int] | None
 
     def mine(sample: GpuSample) -> float | None:
         procs = [p for p in sample.processes if pids is None or p.pid in pids]
+        if not procs and attributed is not None and any(p.pid not in attributed for p in sample.processes):
+            return None
         total = _process_sum(procs, metric)
         if total is None or metric == "memory_used":
             return total
@@ -248,7 +259,7 @@ def evaluate(metadata: TriggerMetadata, series: Iterable[GpuSeries], *, now: flo
         if column is not None and type(samples) is SampleRing:
             found = _walk(samples.newest_first(column), now, window, stale_after)
         else:
-            extract = whole or extractor(metadata.metric, metadata.share, s.pids)
+            extract = whole or extractor(metadata.metric, metadata.share, s.pids, s.attributed)
             result = smooth(samples, extract, now=now, window=window, stale_after=stale_after)
             found = None if result is None else (result.value, result.samples, result.newest_age)
         by_uuid[uuid] = found

@@ -166,8 +166,11 @@ def _gpu_answer(
         return NO_PODS
     try:
         result = evaluate(md, series, now=now)
-    except Exception:
-        if gpu_pods and any(not p.connected for p in gpu_pods):
+    except Exception as e:
+        # share container: GPUs with fresh samples but no pod's share known are no "metric not reported";
+        # their pods are missing pods ("share unknown"), as when some pods' shares are known
+        unknown_shares = isinstance(e, NoDataError) and md.share == "container"
+        if gpu_pods and (unknown_shares or any(not p.connected for p in gpu_pods)):
             raise _missing(
                 workload, md, missing_pods(md, series, gpu_pods, frozenset(), now=now), 0
             ) from None
