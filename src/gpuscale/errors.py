@@ -4,7 +4,8 @@ Hierarchy::
 
     GpuscaleError
     └── UsageError          bad input the user can fix (flag, file, pattern); the CLI prints it and exits 2
-        └── ListenError     a server cannot listen on the address it was given (in use, not this host's)
+        ├── ListenError     a server cannot listen on the address it was given (in use, not this host's)
+        └── UnreadableFile  a file the user named cannot be read, or is not UTF-8 text (``files.read_text``)
 
 Layers add their own under these: ``gpuscale.backends.errors`` (GPU reads), ``gpuscale.sim.errors``
 (scenario files), ``gpuscale.scaler.errors`` (trigger metadata).
@@ -12,7 +13,7 @@ Layers add their own under these: ``gpuscale.backends.errors`` (GPU reads), ``gp
 
 from __future__ import annotations
 
-__all__ = ["GpuscaleError", "ListenError", "UsageError"]
+__all__ = ["GpuscaleError", "ListenError", "UnreadableFile", "UsageError"]
 
 
 class GpuscaleError(Exception):
@@ -32,3 +33,12 @@ class ListenError(UsageError):
             f"{flag} {address}: cannot listen there ({reason}); is another process using the port, "
             "or is the address not this host's?"
         )
+
+
+class UnreadableFile(UsageError):
+    """A file the user named (``what``: the flag, key or argument that names it) cannot be read: ``reason``
+    says why (the system's words, or where the bytes stop being UTF-8)."""
+
+    def __init__(self, what: str, path: str, reason: str) -> None:
+        self.what, self.path, self.reason = what, path, reason
+        super().__init__(f'{what} "{path}": cannot read it: {reason}')

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from ..errors import UsageError
+from ..errors import UnreadableFile, UsageError
+from ..files import read_text
 
 __all__ = [
     "PATTERN_SYNTAX",
@@ -169,9 +170,9 @@ class Trace:
     @classmethod
     def from_csv(cls, path: Path, spec: str) -> Trace:
         try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as e:
-            raise UsageError(f'mock pattern "{spec}": cannot read trace file {path}: {e.strerror}') from e
+            text = read_text(path, "trace file")
+        except UnreadableFile as e:
+            raise UsageError(f'mock pattern "{spec}": cannot read trace file {path}: {e.reason}') from e
         times: list[float] = []
         utils: list[float] = []
         mems: list[float] = []

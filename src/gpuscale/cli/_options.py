@@ -16,6 +16,7 @@ from ..backends import BACKEND_NAMES, Backend, create_backend, open_backend
 from ..backends.mock import FileDemand, MockBackend, MockConfig, find_model
 from ..backends.patterns import PATTERN_SYNTAX, parse_patterns
 from ..errors import UsageError
+from ..files import read_text
 from ..lifecycle import EVENT_LOOPS, event_loop_factory
 from ..tls import TlsFiles
 
@@ -125,11 +126,14 @@ def existing_file(text: str, flag: str) -> Path:
 
 
 def kubeconfig_from_args(args: argparse.Namespace) -> str | None:
-    """``--kubeconfig`` (``GPUSCALE_KUBECONFIG_PATH``): a file that exists, or ``None`` when not given (or
-    empty). Checked before anything starts, so a wrong path is one line, not a failed start."""
+    """``--kubeconfig`` (``GPUSCALE_KUBECONFIG_PATH``): a file that exists and reads as UTF-8 text, or
+    ``None`` when not given (or empty). Checked before anything starts, so a wrong path or a binary file is
+    one line, not a failed start (or a ``UnicodeDecodeError`` from the kubeconfig loader)."""
     if not args.kubeconfig:
         return None
-    return str(existing_file(args.kubeconfig, "--kubeconfig"))
+    path = existing_file(args.kubeconfig, "--kubeconfig")
+    read_text(path, "--kubeconfig")
+    return str(path)
 
 
 @contextlib.contextmanager

@@ -7,16 +7,13 @@ import asyncio
 import logging
 import os
 import signal
-from pathlib import Path
 
 from .. import lifecycle
 from ..errors import UsageError
 from ..netaddr import parse_host_port
 from ..scaler.ingest import MAX_WORKERS
-from ..scaler.profiles_file import load_profiles
 from ..scaler.server import Scaler, ScalerSettings
 from ..scaler.subscriber import SubscriberSettings
-from ..scaling.errors import ProfileError
 from ..scaling.profiles import ProfileSet
 from ._options import (
     add_server_arguments,
@@ -28,6 +25,7 @@ from ._options import (
     kubeconfig_errors,
     kubeconfig_from_args,
     positive_seconds,
+    profiles_from_option,
     server_tls_from_args,
 )
 
@@ -170,12 +168,7 @@ def settings_from_args(args: argparse.Namespace) -> ScalerSettings:
 
 
 def profiles_from_args(args: argparse.Namespace) -> ProfileSet | None:
-    if not args.profiles:
-        return None
-    try:
-        return load_profiles(Path(args.profiles))
-    except ProfileError as e:
-        raise UsageError(str(e)) from e
+    return profiles_from_option(args.profiles or None)
 
 
 async def serve(settings: ScalerSettings, profiles: ProfileSet | None) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .. import plotting
 from ..errors import UsageError
+from ..files import read_text
 from ..scaling.profiles import ProfileSet
 from ..sim import Result, Scenario, ScenarioError, parse_scenario, run_scenario, write_outputs
 from ..sim.compare import STANDARD_SET, rows, table_text
@@ -50,16 +51,13 @@ def _profiles(args: argparse.Namespace) -> ProfileSet:
 
 
 def _load(path: Path, profiles: ProfileSet) -> Scenario:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise UsageError(f'scenario "{path}": cannot read it: {e.strerror or e}') from None
+    text = read_text(path, "scenario")
 
-    def read_text(name: str) -> str:
-        return (path.parent / name).read_text(encoding="utf-8")
+    def read_named(name: str) -> str:
+        return read_text(path.parent / name, "demand file")
 
     try:
-        return parse_scenario(text, source=str(path), read_text=read_text, profiles=profiles)
+        return parse_scenario(text, source=str(path), read_text=read_named, profiles=profiles)
     except ScenarioError as e:
         raise UsageError(str(e)) from None
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import UnreadableFile
+from ..files import read_text
 from ..scaling.errors import ProfileError
 from ..scaling.profiles import ProfileSet, parse_profiles_text
 
@@ -15,7 +17,7 @@ def load_profiles(path: str | Path, *, base: ProfileSet | None = None) -> Profil
     Raise ``ProfileError`` naming every bad profile and field."""
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ProfileError((f"cannot read the file: {e}",), source=source) from e
+        text = read_text(path, "--profiles")
+    except UnreadableFile as e:
+        raise ProfileError((f"cannot read the file: {e.reason}",), source=source) from e
     return parse_profiles_text(text, source=source, base=base)

@@ -15,6 +15,7 @@ from typing import Literal, cast
 
 import yaml
 
+from ..errors import UnreadableFile
 from ..scaling.profiles import ProfileSet
 from ._check import Checker
 from .engine import Policy
@@ -153,6 +154,9 @@ def _csv_points(
         return ((0, 0.0),)
     try:
         text = read_text(file)
+    except UnreadableFile as e:
+        c.fail(f"{path}.file", f'cannot read "{file}": {e.reason}')
+        return ((0, 0.0),)
     except OSError as e:
         c.fail(f"{path}.file", f'cannot read "{file}": {e.strerror or e}')
         return ((0, 0.0),)
@@ -232,8 +236,9 @@ def parse_scenario(
     read_text: Callable[[str], str] | None = None,
     profiles: ProfileSet | None = None,
 ) -> Scenario:
-    """Parse a scenario; ``read_text(path)`` reads files it names (demand CSVs), relative to the scenario;
-    ``profiles`` are what a gpuscale trigger's ``profile`` may name (default: the built-in ones)."""
+    """Parse a scenario; ``read_text(path)`` reads files it names (demand CSVs), relative to the scenario
+    (raising ``UnreadableFile``, as ``gpuscale.files.read_text`` does, or ``OSError``); ``profiles`` are
+    what a gpuscale trigger's ``profile`` may name (default: the built-in ones)."""
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
