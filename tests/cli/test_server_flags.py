@@ -174,11 +174,10 @@ def test_agent_tls_flags_reach_the_subscriber(tmp_path: Any) -> None:
     import argparse
 
     from gpuscale.cli import scaler as cli
+    from tests.scaler.certs import make_pki
 
-    files = []
-    for name in ("ca.crt", "tls.crt", "tls.key"):
-        (tmp_path / name).write_text("pem")
-        files.append(str(tmp_path / name))
+    pki = make_pki(tmp_path)  # checked at start: PEM files that load
+    files = [str(pki.ca), str(pki.client_cert), str(pki.client_key)]
     parser = argparse.ArgumentParser()
     cli.register(parser.add_subparsers())
     args = parser.parse_args(

@@ -33,9 +33,17 @@ __all__ = [
     "MockProcess",
     "StaticDemand",
     "find_model",
+    "mig_layout_problem",
 ]
 
 MIB = 1024 * 1024
+MAX_GPUS = 64  # mock GPUs on one node: more than any server holds (16 on the largest NVIDIA and AMD boards)
+
+# NVIDIA's MIG profiles (the MIG user guide's table for each GPU), each =its memory slices, of 8; its compute
+# slices, of 7, are the number before "g". "+me": with the GPU's one set of media engines.
+_MIG_80GB = "1g.10gb=1 1g.10gb+me=1 1g.20gb=2 2g.20gb=2 3g.40gb=4 4g.40gb=4 7g.80gb=8"
+_MIG_141GB = "1g.18gb=1 1g.18gb+me=1 1g.35gb=2 2g.35gb=2 3g.71gb=4 4g.71gb=4 7g.141gb=8"
+_MIG_COMPUTE_SLICES, _MIG_MEMORY_SLICES = 7, 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +57,16 @@ class MockModel:
     vendor: Vendor = Vendor.NVIDIA
     gpm: bool = False  # NVML's GPM activity counters: Hopper and newer
     hbm: bool = False  # NVML reads an HBM temperature (GDDR parts have none)
+    mig: str = ""  # its MIG profiles, PROFILE=MEMORY_SLICES, space-separated ("": no MIG)
 
 
 MOCK_MODELS: Mapping[str, MockModel] = {
-    "a100": MockModel("NVIDIA A100-SXM4-80GB", 81920, 400.0, 60.0, 1410.0, 210.0, hbm=True),
+    "a100": MockModel("NVIDIA A100-SXM4-80GB", 81920, 400.0, 60.0, 1410.0, 210.0, hbm=True, mig=_MIG_80GB),
     "a10g": MockModel("NVIDIA A10G", 23028, 300.0, 25.0, 1710.0, 210.0),
-    "h100": MockModel("NVIDIA H100 80GB HBM3", 81559, 700.0, 70.0, 1980.0, 345.0, gpm=True, hbm=True),
-    "h200": MockModel("NVIDIA H200", 143771, 700.0, 75.0, 1980.0, 345.0, gpm=True, hbm=True),
+    "h100": MockModel(
+        "NVIDIA H100 80GB HBM3", 81559, 700.0, 70.0, 1980.0, 345.0, gpm=True, hbm=True, mig=_MIG_80GB
+    ),
+    "h200": MockModel("NVIDIA H200", 143771, 700.0, 75.0, 1980.0, 345.0, gpm=True, hbm=True, mig=_MIG_141GB),
     "l4": MockModel("NVIDIA L4", 23034, 72.0, 16.0, 2040.0, 210.0),
     "mi300x": MockModel("AMD Instinct MI300X", 196592, 750.0, 140.0, 2100.0, 132.0, Vendor.AMD),
 }
@@ -70,6 +81,31 @@ def find_model(name: str) -> MockModel:
         if model.name.lower() == key:
             return model
     raise UsageError(f'mock model "{name}" is unknown; known models: {", ".join(sorted(MOCK_MODELS))}')
+
+
+def mig_layout_problem(model: MockModel, profiles: Sequence[str]) -> str | None:
+    """Why ``profiles`` cannot be the MIG instances of one ``model`` GPU (``None``: they can): a profile the
+    model does not have, more compute or memory slices than it has, or more than one ``+me`` instance."""
+    if not profiles:
+        return None
+    if not model.mig:
+        with_mig = ", ".join(k for k, m in sorted(MOCK_MODELS.items()) if m.mig)
+        return f"the {model.name} has no MIG (models with MIG: {with_mig})"
+    memory_slices = {p: int(n) for p, _, n in (s.partition("=") for s in model.mig.split())}
+    for profile in profiles:
+        if profile not in memory_slices:
+            known = ", ".join(memory_slices)
+            return f'"{profile}" is not a MIG profile of the {model.name}; its profiles: {known}'
+    compute = sum(int(p.partition("g.")[0]) for p in profiles)
+    memory = sum(memory_slices[p] for p in profiles)
+    if compute > _MIG_COMPUTE_SLICES or memory > _MIG_MEMORY_SLICES:
+        return (
+            f"{len(profiles)} instances take {compute} compute and {memory} memory slices; "
+            f"one {model.name} has {_MIG_COMPUTE_SLICES} and {_MIG_MEMORY_SLICES}"
+        )
+    if sum(p.endswith("+me") for p in profiles) > 1:
+        return "at most one +me instance: a GPU has one set of media engines"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,8 +201,11 @@ class MockConfig:
     mig_profiles: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.gpus < 0:
-            raise UsageError(f'mock GPU count "{self.gpus}" must be 0 or more')
+        if not 0 <= self.gpus <= MAX_GPUS:
+            raise UsageError(f'mock GPU count "{self.gpus}" must be from 0 to {MAX_GPUS}')
+        problem = mig_layout_problem(self.model, self.mig_profiles)
+        if problem is not None:
+            raise UsageError(f"mock MIG instances: {problem}")
         if not self.patterns:
             raise UsageError("mock patterns: give at least one pattern")
 
@@ -204,7 +243,7 @@ class MockBackend:
         devices: list[DeviceInfo] = []
         for i in range(cfg.gpus):
             gpu_uuid = _mock_uuid("GPU", cfg.node, cfg.seed, i)
-            bus_id = f"00000000:{0x18 + 0x10 * i:02X}:00.0"
+            bus_id = f"{i // 15:08X}:{0x18 + 0x10 * (i % 15):02X}:00.0"  # 15 GPUs a PCI domain: 0x18..0xF8
             devices.append(
                 DeviceInfo(
                     index=i,
@@ -360,7 +399,7 @@ def _activity(util: float, *, whole_gpu: bool) -> dict[str, Any]:
 def _parse_mig_profile(profile: str) -> tuple[int, int]:
     """``3g.40gb`` → (3 slices, 40 GiB in bytes)."""
     try:
-        g, _, mem = profile.lower().partition("g.")
+        g, _, mem = profile.lower().removesuffix("+me").partition("g.")
         slices = int(g)
         gib = int(mem.removesuffix("gb"))
     except ValueError:

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..backends import BACKEND_NAMES, Backend, create_backend, open_backend
-from ..backends.mock import FileDemand, MockBackend, MockConfig, find_model
+from ..backends.mock import MAX_GPUS, FileDemand, MockBackend, MockConfig, find_model, mig_layout_problem
 from ..backends.patterns import PATTERN_SYNTAX, parse_patterns
 from ..errors import UsageError
 from ..files import read_text
@@ -28,6 +29,7 @@ __all__ = [
     "add_server_arguments",
     "add_server_tls_arguments",
     "backend_from_args",
+    "check_pem",
     "check_server_arguments",
     "count_in_range",
     "env",
@@ -94,13 +96,19 @@ def count_in_range(given: str | None, flag: str, name: str, *, default: int, max
     return value
 
 
-def positive_seconds(text: str, flag: str) -> float:
+def positive_seconds(text: str, flag: str, *, within: tuple[float, float] | None = None) -> float:
+    """Seconds: finite and greater than 0; with ``within``, from its first to its second (both allowed)."""
     try:
         v = float(text)
     except ValueError:
         raise UsageError(f'{flag} "{text}" must be a number of seconds') from None
-    if not v > 0:
+    if within is not None:
+        if not within[0] <= v <= within[1]:
+            raise UsageError(f'{flag} "{text}" must be from {within[0]:g} to {within[1]:g} seconds')
+    elif not v > 0:
         raise UsageError(f'{flag} "{text}" must be greater than 0')
+    elif not math.isfinite(v):
+        raise UsageError(f'{flag} "{text}" must be a finite number of seconds')
     return v
 
 
@@ -223,13 +231,17 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
 
 def mock_config_from_args(args: argparse.Namespace, *, node: str = "mock") -> MockConfig:
     gpus = _int(args.mock_gpus, "--mock-gpus")
-    if gpus < 1:
-        raise UsageError(f'--mock-gpus "{args.mock_gpus}" must be at least 1')
+    if not 1 <= gpus <= MAX_GPUS:
+        raise UsageError(f'--mock-gpus "{args.mock_gpus}" must be from 1 to {MAX_GPUS}')
     seed = _int(args.mock_seed, "--mock-seed")
+    model = find_model(args.mock_model)
     mig = tuple(p.strip() for p in args.mock_mig.split(",") if p.strip()) if args.mock_mig else ()
+    problem = mig_layout_problem(model, mig)
+    if problem is not None:
+        raise UsageError(f'--mock-mig "{args.mock_mig}": {problem}')
     return MockConfig(
         gpus=gpus,
-        model=find_model(args.mock_model),
+        model=model,
         seed=seed,
         patterns=parse_patterns(args.mock_pattern, seed=seed),
         node=node,
@@ -273,27 +285,30 @@ def server_tls_from_args(args: argparse.Namespace) -> TlsFiles | None:
         raise UsageError("TLS needs both --tls-cert and --tls-key (and optionally --tls-client-ca)")
     ca = existing_file(args.tls_client_ca, "--tls-client-ca") if args.tls_client_ca else None
     files = TlsFiles(existing_file(args.tls_cert, "--tls-cert"), existing_file(args.tls_key, "--tls-key"), ca)
-    _check_pem(files)
+    check_pem(("--tls-cert", files.cert), ("--tls-key", files.key), ("--tls-client-ca", files.client_ca))
     return files
 
 
-def _check_pem(files: TlsFiles) -> None:
-    """The files load as a certificate with its key (and a CA bundle): said here, not as a failed bind
-    (gRPC reports both alike). The server still reads them again when they change."""
+def check_pem(
+    cert: tuple[str, Path | None], key: tuple[str, Path | None], ca: tuple[str, Path | None]
+) -> None:
+    """The files, each ``(flag, path)`` (path ``None``: not given), load as a certificate with its key and
+    as a CA bundle: said here, before anything starts, not as a failed bind or a connection that fails at
+    every try (gRPC: "Could not load any root certificate"). The servers and the scaler's connections still
+    read them again when they change."""
     import ssl
 
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    try:
-        context.load_cert_chain(files.cert, files.key, password=lambda: b"")
-    except (ssl.SSLError, OSError) as e:
-        raise UsageError(
-            f"--tls-cert {files.cert} and --tls-key {files.key}: not a PEM certificate and its unencrypted "
-            f"private key ({e.strerror or e})"
-        ) from None
-    if files.client_ca is not None:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    if cert[1] is not None and key[1] is not None:
         try:
-            context.load_verify_locations(files.client_ca)
+            context.load_cert_chain(cert[1], key[1], password=lambda: b"")
         except (ssl.SSLError, OSError) as e:
             raise UsageError(
-                f"--tls-client-ca {files.client_ca}: not a PEM CA bundle ({e.strerror or e})"
+                f"{cert[0]} {cert[1]} and {key[0]} {key[1]}: not a PEM certificate and its unencrypted "
+                f"private key ({e.strerror or e})"
             ) from None
+    if ca[1] is not None:
+        try:
+            context.load_verify_locations(ca[1])
+        except (ssl.SSLError, OSError) as e:
+            raise UsageError(f"{ca[0]} {ca[1]}: not a PEM CA bundle ({e.strerror or e})") from None

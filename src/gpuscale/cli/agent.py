@@ -34,6 +34,10 @@ __all__ = ["register"]
 
 log = logging.getLogger(__name__)
 
+# --interval: not a busy loop (a sample is a few NVML calls a GPU), and at least a sample a minute (readiness
+# waits three intervals for one; a trigger's staleAfter is tens of seconds).
+INTERVAL_S = (0.1, 60.0)
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
@@ -49,7 +53,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=env("NODE_NAME") or os.environ.get("NODE_NAME") or socket.gethostname(),
         help="this node's name (default: $NODE_NAME, else the host name)",
     )
-    p.add_argument("--interval", default=env("INTERVAL", "1"), help="seconds between samples (default 1)")
+    p.add_argument(
+        "--interval",
+        default=env("INTERVAL", "1"),
+        help=f"seconds between samples, {INTERVAL_S[0]:g} to {INTERVAL_S[1]:g} (default 1)",
+    )
     add_server_arguments(
         p,
         grpc_port=6000,
@@ -106,7 +114,7 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
     in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and kubeconfig is None
     return AgentSettings(
         node_name=args.node_name,
-        interval=positive_seconds(args.interval, "--interval"),
+        interval=positive_seconds(args.interval, "--interval", within=INTERVAL_S),
         grpc_address=args.grpc_address,
         metrics_address=args.metrics_address,
         kubelet_socket=Path(args.kubelet_socket),

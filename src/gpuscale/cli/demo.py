@@ -16,6 +16,8 @@ from ..scaling.profiles import BUILTIN_PROFILES, ProfileSet
 
 __all__ = ["register"]
 
+DURATION_S = (15.0, 86400.0)  # the HPA's first decisions need 15 s of pattern; a day is a soak, not a demo
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     profiles = sorted(p.name for p in BUILTIN_PROFILES)
@@ -28,7 +30,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "No GPU, cluster or network needed.",
     )
     p.add_argument(
-        "--duration", type=float, default=60.0, help="seconds of demand pattern, after start-up (default 60)"
+        "--duration",
+        type=float,
+        default=60.0,
+        help=f"seconds of demand pattern after start-up, {DURATION_S[0]:g} to {DURATION_S[1]:g} (default 60)",
     )
     p.add_argument(
         "--pattern",
@@ -80,8 +85,10 @@ def writable_directory(out: Path, flag: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.duration >= 15:
-        raise UsageError(f'--duration "{args.duration:g}" must be at least 15 seconds')
+    if not DURATION_S[0] <= args.duration <= DURATION_S[1]:
+        raise UsageError(
+            f'--duration "{args.duration:g}" must be from {DURATION_S[0]:g} to {DURATION_S[1]:g} seconds'
+        )
     if args.control_plane == "real":
         metric = ProfileSet.builtin()[args.profile].metric
         if metric in ENGINE_METRICS:

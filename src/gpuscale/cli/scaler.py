@@ -18,6 +18,7 @@ from ..scaling.profiles import ProfileSet
 from ._options import (
     add_server_arguments,
     add_server_tls_arguments,
+    check_pem,
     check_server_arguments,
     count_in_range,
     env,
@@ -120,11 +121,14 @@ def agent_tls_from_args(args: argparse.Namespace) -> dict[str, str | None]:
         raise UsageError("TLS to the agents needs --agent-tls-ca (the CA that signed their certificate)")
     if bool(args.agent_tls_cert) != bool(args.agent_tls_key):
         raise UsageError("--agent-tls-cert and --agent-tls-key go together")
-    cert, key = args.agent_tls_cert, args.agent_tls_key
+    ca = existing_file(args.agent_tls_ca, "--agent-tls-ca")
+    cert = existing_file(args.agent_tls_cert, "--agent-tls-cert") if args.agent_tls_cert else None
+    key = existing_file(args.agent_tls_key, "--agent-tls-key") if args.agent_tls_key else None
+    check_pem(("--agent-tls-cert", cert), ("--agent-tls-key", key), ("--agent-tls-ca", ca))
     return {
-        "tls_ca": str(existing_file(args.agent_tls_ca, "--agent-tls-ca")),
-        "tls_cert": str(existing_file(cert, "--agent-tls-cert")) if cert else None,
-        "tls_key": str(existing_file(key, "--agent-tls-key")) if key else None,
+        "tls_ca": str(ca),
+        "tls_cert": str(cert) if cert else None,
+        "tls_key": str(key) if key else None,
         "tls_server_name": args.agent_tls_server_name or None,
     }
 
