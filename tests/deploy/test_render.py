@@ -488,7 +488,7 @@ def test_fallback() -> None:
         ),
         (
             {"fallback_replicas": 2, "fallback_failure_threshold": 0},
-            '--fallback-failure-threshold "0" must be at least 1',
+            '--fallback-failure-threshold "0" must be from 1 to 2147483647',
         ),
         (
             {"fallback_replicas": 2, "fallback_behavior": "latest"},

@@ -65,6 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     configure_logging(args.log_level, args.log_format)
+    args.argv = list(argv)  # the command line as given (render writes it into its files)
     try:
         code: int = args.func(args)
     except (UsageError, BackendUnavailable) as e:
