@@ -11,7 +11,8 @@ import grpc.aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from .netaddr import join_host_port, split_address
+from .errors import ListenError
+from .netaddr import check_listenable, join_host_port, split_address
 from .tls import SERVER_OPTIONS, TlsFiles, add_server_port
 
 __all__ = ["AddService", "serve_grpc"]
@@ -31,6 +32,11 @@ async def serve_grpc(
     adder)`` of ``services`` reported SERVING, and the ``extra`` adders (services that report their own
     readiness). Returns the started server and the bound port; ``ListenError`` naming ``flag`` when the
     address cannot be listened on."""
+    host, wanted = split_address(address)
+    try:
+        check_listenable(host, wanted)
+    except OSError as e:
+        raise ListenError(flag, join_host_port(host, wanted), e.strerror or str(e)) from e
     server = grpc.aio.server(options=SERVER_OPTIONS)
     for _, add in services:
         add(server)
@@ -40,7 +46,7 @@ async def serve_grpc(
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [name for name, _ in services]
     reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
-    port = add_server_port(server, join_host_port(*split_address(address)), tls, flag=flag)
+    port = add_server_port(server, join_host_port(host, wanted), tls, flag=flag)
     try:
         await server.start()
         await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)

@@ -12,7 +12,7 @@ import socket
 
 from .errors import UsageError
 
-__all__ = ["any_address_socket", "join_host_port", "parse_host_port", "split_address"]
+__all__ = ["any_address_socket", "check_listenable", "join_host_port", "parse_host_port", "split_address"]
 
 
 def parse_host_port(text: str, what: str) -> tuple[str, int]:
@@ -61,3 +61,27 @@ def any_address_socket(port: int) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+def check_listenable(host: str, port: int) -> None:
+    """Raise ``OSError`` (its ``strerror`` says why) unless a TCP socket can listen on ``host:port`` now, as
+    gRPC binds it: on every address for ``::`` (``any_address_socket``), else on one at least of the
+    addresses ``host`` resolves to. gRPC's C core logs its own failure to bind on stderr, a line before ours
+    and in its own format; checked first, the one line said is gpuscale's ``ListenError``."""
+    if host in ("", "::"):
+        any_address_socket(port).close()
+        return
+    first: OSError | None = None
+    for family, kind, proto, _, address in socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    ):
+        try:
+            with socket.socket(family, kind, proto) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind(address)
+                sock.listen(1)
+        except OSError as e:
+            first = first or e
+        else:
+            return
+    raise first or OSError(f"{host} resolves to no address")
