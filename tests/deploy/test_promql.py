@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -354,3 +355,57 @@ async def test_engine_queries_read_the_engines_queue(tmp_path: Path) -> None:
     finally:
         for server in servers.values():
             await server.close()
+
+
+async def test_dashboard_engine_panels_read_the_engines(tmp_path: Path) -> None:
+    """The dashboard's engine row over two mock vLLM engines scraped as a PodMonitor does: waiting requests and
+    KV-cache fill per pod as each engine serves them, the namespace's TTFT p95 and its requests per second
+    (finished, and arriving: finished plus the growth of the queue) from the engines' counters."""
+    from gpuscale.backends.mock_engine import MockEngine, MockEngineConfig, start_mock_engine
+
+    engines = {
+        POD_A: MockEngine(MockEngineConfig(models=("a", "b")), lambda t: 20.0),  # 8 requests/s a model
+        POD_B: MockEngine(MockEngineConfig(), lambda t: 12.0),  # over its capacity: a queue that grows
+    }
+    servers = {pod: await start_mock_engine(engine) for pod, engine in engines.items()}
+    jobs = [
+        {
+            "job_name": "vllm",
+            "static_configs": [
+                {"targets": [f"127.0.0.1:{servers[pod].port}"], "labels": {"namespace": "ai", "pod": pod}}
+                for pod in servers
+            ],
+        }
+    ]
+    variables = {"$namespace": ".*"}
+
+    def values(title: str, label: str, target: int = 0) -> dict[str, float]:
+        (panel,) = [p for p in json.loads(DASHBOARD.read_text())["panels"] if p["title"] == title]
+        expr: str = panel["targets"][target]["expr"]
+        for name, value in variables.items():
+            expr = expr.replace(name, value)
+        return {r["metric"][label]: float(r["value"][1]) for r in prom.query(expr)}
+
+    def check() -> None:
+        deadline = time.monotonic() + 30
+        while True:  # two scrapes of each engine at least: the rates have two points
+            finished = values("Requests per second per namespace: finished and arriving", "namespace")
+            if finished.get("ai", 0.0) > 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert finished["ai"] > 0
+        arriving = values("Requests per second per namespace: finished and arriving", "namespace", 1)
+        assert set(arriving) == {"ai"}
+        waiting = values("Waiting requests per pod", "pod")
+        assert set(waiting) == {POD_A, POD_B} and waiting[POD_B] > 0
+        fill = values("KV-cache fill per pod", "pod")
+        assert set(fill) == {POD_A, POD_B} and all(0 < v <= 100 for v in fill.values())
+        (ttft,) = values("Time to first token p95 per namespace", "namespace").values()
+        assert ttft > 0
+
+    with run_prometheus(tmp_path, [], scrape_configs=jobs) as prom:
+        try:
+            await asyncio.to_thread(check)
+        finally:
+            for server in servers.values():
+                await server.close()

@@ -6,7 +6,27 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["ScalerMetrics"]
+__all__ = ["DECISIONS", "ScalerMetrics", "decision_label"]
+
+# How a decision moved an answer (``Evaluation.decided``, scaling/answer.py) → the ``decision`` label: the
+# text without its figures ("ahead 120 s" → ahead), so the label's values are these few.
+DECISIONS = {
+    "ahead": "ahead",
+    "N-1 guard": "n_minus_1_guard",
+    "KV-cache guard": "kv_cache_guard",
+    "backlog hold": "backlog_hold",
+    "all pods loading": "all_pods_loading",
+    "uncapped by the engines' demand": "uncapped",
+}
+
+
+def decision_label(decided: str) -> str:
+    """The ``decision`` label of ``Evaluation.decided`` (``other`` for a text this table lacks)."""
+    for text, label in DECISIONS.items():
+        if decided.startswith(text):
+            return label
+    return "other"
+
 
 _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 3.0)
 
@@ -84,6 +104,14 @@ class ScalerMetrics:
             ["namespace", "scaledobject"],
             registry=registry,
         )
+        self.decisions = Counter(
+            "gpuscale_scaler_decisions",
+            "GetMetrics answers of a ScaledObject that a decision moved from the plain value, by decision: "
+            "ahead (scaleAhead), n_minus_1_guard, kv_cache_guard, backlog_hold, all_pods_loading, uncapped "
+            "(GPU utilization uncapped by the engines' demand)",
+            ["namespace", "scaledobject", "decision"],
+            registry=registry,
+        )
         self._missing_keys: dict[tuple[str, str], None] = {}
         self.agent_reconnects = Counter(
             "gpuscale_scaler_agent_reconnects",
@@ -120,6 +148,12 @@ class ScalerMetrics:
         self._touch(namespace, name)
         self.cold_start.labels(namespace, name).set(seconds)
 
+    def count_decision(self, namespace: str, name: str, decided: str) -> None:
+        """One ``GetMetrics`` answer moved by the decision ``decided`` (nothing for the plain value: "")."""
+        if decided:
+            self._touch(namespace, name)
+            self.decisions.labels(namespace, name, decision_label(decided)).inc()
+
     def _touch(self, namespace: str, name: str, *, limit: int = 4096) -> None:
         """At most ``limit`` ScaledObjects have per-object series (the least recently answered go first), so
         churn cannot grow them without bound."""
@@ -138,6 +172,11 @@ class ScalerMetrics:
             ):
                 try:
                     gauge.remove(*old)
+                except KeyError:
+                    pass
+            for label in (*DECISIONS.values(), "other"):
+                try:
+                    self.decisions.remove(*old, label)
                 except KeyError:
                     pass
 

@@ -153,6 +153,7 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
                 raise
             if self.metrics is not None and key.name:
                 self.metrics.set_trigger(key.namespace, key.name, 0, target(md), result.value)
+                self.metrics.count_decision(key.namespace, key.name, result.decided)
             return metric_value_response(request.metricName or metric_name(md), result.value)
 
         return await self._unary("GetMetrics", context, answer)
