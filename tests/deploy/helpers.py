@@ -43,14 +43,38 @@ def with_image(values: Mapping[str, Any] | None = None) -> dict[str, Any]:
     return out
 
 
-def render_chart(values: Mapping[str, Any] | None = None, *, image: bool = True) -> dict[str, str]:
-    """Template path → rendered text, as ``helm template`` with release gpuscale in namespace gpuscale;
-    ``image``: with ``image.repository`` set (``with_image``) as every real install needs."""
+# The API a cluster with the Prometheus Operator serves (kube-prometheus-stack): the chart's ServiceMonitors and
+# PrometheusRule need it (.Capabilities.APIVersions).
+PROMETHEUS_OPERATOR = ("monitoring.coreos.com/v1",)
+
+
+def render_chart(
+    values: Mapping[str, Any] | None = None,
+    *,
+    image: bool = True,
+    api_versions: Sequence[str] = PROMETHEUS_OPERATOR,
+) -> dict[str, str]:
+    """Template path → rendered text, as ``helm template --api-versions …`` with release gpuscale in
+    namespace gpuscale; ``image``: with ``image.repository`` set (``with_image``) as every real install needs;
+    ``api_versions``: the APIs the cluster serves beyond Kubernetes' own (default: the Prometheus
+    Operator's)."""
+    import json
+
     import helm_python as helm
+    from helm_python import _native
 
     chart = helm.Chart.load(str(CHART))
     vals = with_image(values) if image else dict(values or {})
-    return chart.render(vals, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    # Chart.render has no api_versions; the SDK's own render call takes them (helm template --api-versions)
+    options = {
+        "name": RELEASE,
+        "namespace": NAMESPACE,
+        "is_install": True,
+        "api_versions": list(api_versions),
+    }
+    rendered = _native.call_string("helm_render", chart._raw(), json.dumps(vals), json.dumps(options))
+    manifests: dict[str, str] = json.loads(rendered)
+    return manifests
 
 
 def objects(manifests: Mapping[str, str]) -> list[dict[str, Any]]:

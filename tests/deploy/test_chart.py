@@ -616,6 +616,48 @@ def test_default_install_dry_run() -> None:
     assert f"Image (agent and scaler): {IMAGE}:0.1.0\n" in release["notes"]
 
 
+def _needs_operator(key: str) -> str:
+    return (
+        f"{key}.enabled=true needs the Prometheus Operator's API (monitoring.coreos.com/v1), which this "
+        "cluster does not serve: install the Prometheus Operator (e.g. the kube-prometheus-stack chart) first, "
+        f"or set {key}.enabled=false; with helm template, pass --api-versions monitoring.coreos.com/v1"
+    )
+
+
+@pytest.mark.parametrize("key", ["serviceMonitor", "prometheusRule"])
+def test_monitoring_without_the_prometheus_operator_fails_saying_so(key: str) -> None:
+    """A cluster without the Prometheus Operator's API: ``helm template`` and a real ``helm install`` (client
+    dry run: Kubernetes' own APIs only) fail with one message naming the value and the two ways out; with the
+    API served, the object renders."""
+    with pytest.raises(helm.HelmRenderError) as e:
+        render_chart({key: {"enabled": True}}, api_versions=())
+    assert _needs_operator(key) in str(e.value)
+    cfg = helm.Config(
+        storage_driver="memory",
+        namespace=NAMESPACE,
+        kubeconfig_content="apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n",
+    )
+    try:
+        with pytest.raises(helm.HelmError) as install_error:
+            cfg.install(
+                helm.Chart.load(str(CHART)),
+                "gpuscale",
+                with_image({key: {"enabled": True}}),
+                namespace=NAMESPACE,
+                dry_run="client",
+            )
+    finally:
+        cfg.close()
+    assert _needs_operator(key) in str(install_error.value)
+    kind = {"serviceMonitor": "ServiceMonitor", "prometheusRule": "PrometheusRule"}[key]
+    rendered = objects(render_chart({key: {"enabled": True}}, api_versions=["monitoring.coreos.com/v1"]))
+    assert any(o["kind"] == kind for o in rendered)
+    assert not any(
+        o["apiVersion"].startswith("monitoring.coreos.com")
+        for o in objects(render_chart({}, api_versions=()))
+    )
+
+
 def test_an_install_without_an_image_says_to_build_and_push_one() -> None:
     """Nothing publishes a gpuscale image: installing without image.repository fails, saying what to do,
     instead of pods that cannot pull a default image."""

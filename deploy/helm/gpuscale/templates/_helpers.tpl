@@ -109,3 +109,11 @@ seccompProfile:
 {{- $base := include "gpuscale.containerSecurityContext" .root | fromYaml -}}
 {{- toYaml (mergeOverwrite $base ((index .root.Values .component).containerSecurityContext | default dict)) -}}
 {{- end -}}
+
+{{/* serviceMonitor and prometheusRule are the Prometheus Operator's kinds: without its API the install would
+fail on an unknown kind, naming neither the value nor the fix. */}}
+{{- define "gpuscale.requirePrometheusOperator" -}}
+{{- if not (.root.Capabilities.APIVersions.Has "monitoring.coreos.com/v1") -}}
+{{- fail (printf "%s.enabled=true needs the Prometheus Operator's API (monitoring.coreos.com/v1), which this cluster does not serve: install the Prometheus Operator (e.g. the kube-prometheus-stack chart) first, or set %s.enabled=false; with helm template, pass --api-versions monitoring.coreos.com/v1" .key .key) -}}
+{{- end -}}
+{{- end -}}
