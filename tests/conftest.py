@@ -26,6 +26,8 @@ from gpuscale.backends.mock import MockBackend, MockConfig
 from gpuscale.backends.patterns import parse_patterns
 from tests.fakes.kubelet import FakeKubelet
 
+pytest_plugins = ["tests.durations"]  # every test's duration against its timeout
+
 
 @pytest_asyncio.fixture(scope="session", autouse=True, loop_scope="session")
 async def _grpc_aio_kept_alive() -> AsyncIterator[None]:

@@ -71,39 +71,60 @@ def _doc_table() -> list[str]:
     return block.group(1).splitlines()
 
 
-def test_the_docs_table_is_todays_for_every_trace_but_the_day() -> None:
-    """diurnal-day (half a minute to simulate) is left out; scripts/sim-set --docs rewrites every row."""
-    results = [
-        run_scenario(parse_scenario((SCENARIOS / f"{n}.yaml").read_text(encoding="utf-8")))
-        for n in STANDARD_SET
-        if n != "diurnal-day"
-    ]
+def _doc_rows(trace: str) -> list[str]:
+    """The doc table's rows of one trace: from the row that names it to the next that names another."""
+    out: list[str] = []
+    current = None
+    for line in _doc_table()[2:]:
+        m = re.match(r"\| `([^`]+)` \|", line)
+        if m:
+            current = m.group(1)
+        if current == trace:
+            out.append(line)
+    return out
+
+
+def test_the_docs_table_has_the_headers_and_every_trace_of_the_set_in_order() -> None:
     doc = _doc_table()
-    expected = table_markdown(rows(results)).splitlines()
-    assert doc[:2] == expected[:2]
-    missing = [line for line in expected[2:] if line not in doc]
-    assert not missing, "docs/decisions.md's table differs from the simulator: run scripts/sim-set --docs"
-    traces = {m.group(1) for line in doc if (m := re.match(r"\| `([^`]+)` \|", line))}
-    assert traces == set(STANDARD_SET)
+    assert doc[:2] == table_markdown([]).splitlines()[:2]
+    traces = [m.group(1) for line in doc if (m := re.match(r"\| `([^`]+)` \|", line))]
+    assert traces == list(STANDARD_SET)
+    assert all(line.startswith("| ") for line in doc[2:])
 
 
-def _short_set(tmp_path: Path) -> Path:
-    """The standard set's files, each cut to its first 10 minutes (the command's path, not the figures)."""
+# diurnal-day (24 h, minutes to simulate) is left out; scripts/sim-set --docs rewrites every row. Each trace
+# is its own test (they are independent), under a timeout that covers its simulation (up to about 25 s of
+# CPU each here) at least twice over on a slower machine.
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", [n for n in STANDARD_SET if n != "diurnal-day"])
+def test_the_docs_table_is_todays_for_the_trace(name: str) -> None:
+    result = run_scenario(parse_scenario((SCENARIOS / f"{name}.yaml").read_text(encoding="utf-8")))
+    expected = table_markdown(rows([result])).splitlines()[2:]
+    assert _doc_rows(name) == expected, (
+        f"docs/decisions.md's rows of {name} differ from the simulator: run scripts/sim-set --docs"
+    )
+
+
+def _short_set(tmp_path: Path, seconds: int = 600) -> Path:
+    """The standard set's files, each cut to its first ``seconds`` (the command's path, not the figures)."""
     folder = tmp_path / "set"
     folder.mkdir()
     for name in STANDARD_SET:
         doc = yaml.safe_load((SCENARIOS / f"{name}.yaml").read_text(encoding="utf-8"))
-        doc["durationSeconds"] = 600
+        doc["durationSeconds"] = seconds
         (folder / f"{name}.yaml").write_text(yaml.safe_dump(doc), encoding="utf-8")
     return folder
 
 
+@pytest.mark.timeout(120)  # six traces of 10 minutes with their plots: about 20 s of CPU here
 def test_one_command_writes_the_table_for_the_whole_set(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out"
-    assert cli("--set", str(_short_set(tmp_path)), "--out", str(out)) == 0
-    printed = capsys.readouterr().out
+    folder = _short_set(tmp_path)
+    assert cli("--set", str(folder), "--out", str(out)) == 0
+    captured = capsys.readouterr()
+    printed, err = captured.out, captured.err
     assert printed.splitlines()[0].split() == [
         "trace",
         "policy",
@@ -128,6 +149,33 @@ def test_one_command_writes_the_table_for_the_whole_set(
     assert (out / "table.md").read_text().startswith("| trace | policy | unserved % |")
     assert (out / "set.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"wrote {out / 'table.md'}" in printed
+    # one line per trace as it finishes, with its time, on stderr (the table stays alone on stdout)
+    progress = err
+    for name in STANDARD_SET:
+        assert re.search(rf"^{name}: simulated in \d+\.\d s \(\d/{len(STANDARD_SET)}, ", progress, re.M), (
+            progress
+        )
+    assert len(re.findall(r": simulated in ", progress)) == len(STANDARD_SET)
+
+
+@pytest.mark.timeout(120)  # the short set twice: about 30 s of CPU here
+def test_the_set_in_parallel_gives_the_table_of_one_after_another(tmp_path: Path) -> None:
+    folder = _short_set(tmp_path, seconds=300)
+    tables = []
+    for jobs in ("2", "1"):
+        assert cli("--set", str(folder), "--out", str(tmp_path / jobs), "--jobs", jobs) == 0
+        tables.append(json.loads((tmp_path / jobs / "table.json").read_text()))
+    assert tables[0] == tables[1] and len(tables[0]) >= len(STANDARD_SET) * len(STANDARD_POLICIES)
+
+
+def test_jobs_is_checked_and_only_with_a_set(capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in ("0", "65", "two"):
+        with pytest.raises(SystemExit) as exit_info:
+            cli("--set", str(SCENARIOS), "--out", "x", "--jobs", bad)
+        assert exit_info.value.code == 2
+        assert f'argument --jobs: "{bad}" must be a whole number from 1 to 64' in capsys.readouterr().err
+    with pytest.raises(UsageError, match=r"^--jobs 2: only with --set"):
+        cli(str(SCENARIOS / "flash-crowd.yaml"), "--out", "x", "--jobs", "2")
 
 
 def test_one_scenario_prints_its_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -4,6 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import os
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from .. import plotting
@@ -42,7 +48,74 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="the scaler's profiles file (the chart's scaler.profiles), for triggers that name a profile "
         "of it; the built-in profiles need none",
     )
+    parser.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=None,
+        metavar="N",
+        help="with --set, simulate up to N traces at once, each in a process of its own (default: the "
+        "CPUs this process may use, at most the set's size; 1: one after another in this process)",
+    )
     parser.set_defaults(func=run)
+
+
+MAX_JOBS = 64
+
+
+def _jobs(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_JOBS:
+        raise argparse.ArgumentTypeError(f'"{text}" must be a whole number from 1 to {MAX_JOBS}')
+    return n
+
+
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _timed(scenario: Scenario) -> tuple[Result, float]:
+    started = time.monotonic()
+    result = run_scenario(scenario)
+    return result, time.monotonic() - started
+
+
+def _run_set(scenarios: Sequence[Scenario], jobs: int) -> tuple[Result, ...]:
+    """Every scenario's result, in the set's order; one line on stderr per trace as it finishes, with the
+    seconds it took (a whole set takes minutes, the day alone most of them)."""
+    n = len(scenarios)
+    started = time.monotonic()
+    results: dict[int, Result] = {}
+
+    def say(i: int, seconds: float) -> None:
+        print(
+            f"{scenarios[i].name}: simulated in {seconds:.1f} s ({len(results)}/{n}, "
+            f"{time.monotonic() - started:.0f} s in all)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    print(
+        f"simulating {n} traces, {min(jobs, n)} at a time: {', '.join(s.name for s in scenarios)}",
+        file=sys.stderr,
+        flush=True,
+    )
+    if jobs <= 1 or n <= 1:
+        for i, scenario in enumerate(scenarios):
+            results[i], seconds = _timed(scenario)
+            say(i, seconds)
+    else:
+        # spawn, not fork: the CLI's process may hold gRPC's threads, which a fork does not survive
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=min(jobs, n), mp_context=context) as pool:
+            futures = {pool.submit(_timed, s): i for i, s in enumerate(scenarios)}
+            for future in as_completed(futures):
+                i = futures[future]
+                results[i], seconds = future.result()
+                say(i, seconds)
+    return tuple(results[i] for i in range(n))
 
 
 def _profiles(args: argparse.Namespace) -> ProfileSet:
@@ -76,6 +149,8 @@ def _set_paths(directory: Path) -> list[Path]:
 def run(args: argparse.Namespace) -> int:
     if (args.scenario is None) == (args.set_dir is None):
         raise UsageError("simulate: give a scenario file or --set DIR, not both and not neither")
+    if args.jobs is not None and args.set_dir is None:
+        raise UsageError(f"--jobs {args.jobs}: only with --set (one scenario runs in this process)")
     profiles = _profiles(args)
     out: Path = args.out
     if args.scenario is not None:
@@ -91,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {outputs.plot}" if outputs.plot is not None else f"no plot.png: {plotting.MISSING}")
         return 0
     scenarios = [_load(p, profiles) for p in _set_paths(args.set_dir)]
-    results: tuple[Result, ...] = tuple(run_scenario(s) for s in scenarios)
+    results = _run_set(scenarios, args.jobs or _cpus())
     try:
         written = write_set(results, out)
     except OSError as e:
