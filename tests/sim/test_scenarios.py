@@ -63,6 +63,7 @@ def test_every_shipped_scenario_parses() -> None:
         load(name)
 
 
+@pytest.mark.timeout(90)  # six simulated hours of eight policies: about 20 s of CPU here
 def test_diurnal_day_runs(tmp_path: Path) -> None:
     scenario = parse_scenario((SCENARIOS / "diurnal-day.yaml").read_text())
     short = dataclasses.replace(scenario, duration_seconds=6 * 3600)  # the first 6 hours keep the test fast

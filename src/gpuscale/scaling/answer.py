@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from .aggregate import Evaluation, GpuSeries, aggregate, evaluate
-from .engine import EngineSeries, gauge, pod_value, served_rate
+from .engine import EngineSeries, gauge, pod_value, pod_value_at, served_rate
 from .errors import MissingPods, NoDataError, UnattributedPods
 from .forecast import Forecast, forecast
 from .keys import ADDITIVE_METRICS, ENGINE_METRICS
@@ -442,11 +442,22 @@ def _ahead(
     intervals = [e.samples[-1].timestamp - e.samples[-2].timestamp for e in engines if len(e.samples) >= 2]
     interval = min(intervals) if intervals else 1.0
     step = max(lookback / LOOKBACK_POINTS, interval)
-    points: list[tuple[float, float]] = []
+    times: list[float] = []
     t = now - lookback
     while t <= now + 1e-9:
-        points.append((t, _engine_total(md, engines, t)))
+        times.append(t)
         t += step
+    values: list[list[float]] = [[] for _ in times]
+    for e in engines:
+        memo = e.memo.setdefault(md, {}) if e.memo is not None else None
+        for i, t in enumerate(times):
+            if e.departed and not _there(e, t):
+                continue
+            v = pod_value_at(md, e.samples, t, memo)
+            if v is not None:
+                values[i].append(v)
+    # each instant's sum as _engine_total makes it (fsum: exact, whatever the order of the pods)
+    points = [(t, math.fsum(vs)) for t, vs in zip(times, values, strict=True)]
     return forecast(points, present, horizon)
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from ..model import BucketCounts, EngineSample, ModelSignals
@@ -40,6 +40,7 @@ __all__ = [
     "EngineSeries",
     "GaugeField",
     "HistogramField",
+    "PodValueMemo",
     "arrival_rate",
     "counter_rate",
     "gauge",
@@ -48,6 +49,7 @@ __all__ = [
     "in_window",
     "merge",
     "pod_value",
+    "pod_value_at",
     "quantile",
     "served_rate",
 ]
@@ -318,6 +320,32 @@ class EngineSeries:
     samples: Sequence[EngineSample]
     missing: str | None = None
     departed: bool = False
+    # Where the caller keeps the pod's readings from one call to the next (the simulator does), its values
+    # already computed, per metadata and instant: ``pod_value_at`` reuses a value only while every reading
+    # of its window is still held and no later one can join it, so the answers are the same with or without.
+    memo: PodValueMemo | None = field(default=None, compare=False, repr=False)
+
+
+PodValueMemo = dict[TriggerMetadata, dict[float, float | None]]
+
+
+def pod_value_at(
+    md: TriggerMetadata, samples: Sequence[EngineSample], now: float, memo: dict[float, float | None] | None
+) -> float | None:
+    """``pod_value(md, samples, now)``, from ``memo`` (one metadata's values by instant) where it holds it.
+    A value is final once the readings reach past ``now`` (none later can fall in its window) and the oldest
+    held is no younger than its window's start (none of the window was dropped); only a final one is kept,
+    and one is reused only while both still hold."""
+    if memo is None or not samples:
+        return pod_value(md, samples, now)
+    final = samples[-1].timestamp >= now and samples[0].timestamp <= now - md.stale_after
+    if not final:
+        return pod_value(md, samples, now)
+    try:
+        return memo[now]
+    except KeyError:
+        value = memo[now] = pod_value(md, samples, now)
+        return value
 
 
 def _model_served(samples: Sequence[EngineSample], name: str) -> float | None:

@@ -27,7 +27,7 @@ from ..model import EngineSample, GpuSample, ModelSignals
 from ..scaling.aggregate import GpuSeries
 from ..scaling.answer import LOOKBACK_MAX_S, GpuPod, answer
 from ..scaling.coldstart import ColdStarts
-from ..scaling.engine import EngineSeries
+from ..scaling.engine import EngineSeries, PodValueMemo
 from ..scaling.errors import MissingPods, NoDataError, UnattributedPods
 from ..scaling.keys import ENGINE_METRICS
 from .controller import reconcile
@@ -161,6 +161,8 @@ class _Run:
     engines: dict[str, list[EngineSample]] = field(default_factory=dict)
     # and of pods deleted within the forecast's look-back: their readings until they went
     departed: dict[str, list[EngineSample]] = field(default_factory=dict)
+    # each pod's engine values already computed for the forecast (scaling.engine.pod_value_at)
+    engine_memos: dict[str, PodValueMemo] = field(default_factory=dict)
     # pods deleted and still holding their GPUs: (pod, the second it is gone)
     terminating: tuple[tuple[Pod, int], ...] = ()
     queue: EngineQueue = field(default_factory=lambda: EngineQueue(0))
@@ -229,20 +231,29 @@ def engine_series(
     gpu: Sequence[GpuSeries],
     visible_until: float,
     departed: dict[str, list[EngineSample]] | None = None,
+    memos: dict[str, PodValueMemo] | None = None,
 ) -> list[EngineSeries]:
     """The engine series the scaler holds: each Ready pod's readings taken at or before ``visible_until``;
-    a pod with GPU samples and no reading (loading) is one whose engine could not be read."""
+    a pod with GPU samples and no reading (loading) is one whose engine could not be read. ``memos`` keeps
+    each pod's computed values from one call to the next (pods no longer held are dropped from it)."""
+    if memos is not None:
+        for name in [n for n in memos if n not in engines and n not in (departed or {})]:
+            del memos[name]
+
+    def memo(name: str) -> PodValueMemo | None:
+        return memos.setdefault(name, {}) if memos is not None else None
+
     out: list[EngineSeries] = []
     for name, history in engines.items():
         n = bisect.bisect_right(history, visible_until, key=lambda x: x.timestamp)
         if n:
-            out.append(EngineSeries(f"sim/{name}", history[:n]))
+            out.append(EngineSeries(f"sim/{name}", history[:n], memo=memo(name)))
     read = {e.pod for e in out}
     out.extend(EngineSeries(s.pod, (), LOADING_ENGINE) for s in gpu if s.pod and s.pod not in read)
     for name, history in (departed or {}).items():
         n = bisect.bisect_right(history, visible_until, key=lambda x: x.timestamp)
         if n:
-            out.append(EngineSeries(f"sim/{name}", history[:n], departed=True))
+            out.append(EngineSeries(f"sim/{name}", history[:n], departed=True, memo=memo(name)))
     return out
 
 
@@ -301,7 +312,7 @@ def _trigger_value(policy: Policy, src: MetricSource, run: _Run, t: int) -> tupl
     visible = t - policy.gpuscale.delay_seconds
     series = gpuscale_series(run.samples, visible)
     engines = (
-        engine_series(run.engines, series, visible, run.departed)
+        engine_series(run.engines, series, visible, run.departed, run.engine_memos)
         if trig.metadata.metric in ENGINE_METRICS or policy.gpuscale.read_engines
         else ()
     )
