@@ -480,6 +480,34 @@ def test_fallback() -> None:
 
 
 @pytest.mark.parametrize(
+    ("behavior", "says"),
+    [
+        (None, "the larger of the replicas running now and 2: it never scales the workload down"),
+        ("currentReplicasIfHigher", "the larger of the replicas running now and 2: it never scales"),
+        ("currentReplicas", "the replicas running now (2 is not used): it never scales the workload down"),
+        ("static", "exactly 2: a workload running more is SCALED DOWN to 2 while monitoring is broken"),
+        ("currentReplicasIfLower", "a workload running more is SCALED DOWN to 2 while monitoring is broken"),
+    ],
+)
+def test_the_fallback_keeps_a_running_workload_by_default_and_says_what_each_behaviour_does(
+    behavior: str | None, says: str
+) -> None:
+    """Broken monitoring never scales a workload down: the fallback rendered by default keeps the replicas
+    running when they are more than --fallback-replicas (KEDA's currentReplicasIfHigher; static would take a
+    workload at 6 down to 2), and the comment says plainly what the chosen behaviour does."""
+    options = ScaledObjectOptions("deployment/llm", "ai", max_replicas=8, fallback_replicas=2)
+    if behavior is not None:
+        options = ScaledObjectOptions(
+            "deployment/llm", "ai", max_replicas=8, fallback_replicas=2, fallback_behavior=behavior
+        )
+    text = render_scaledobject(options)
+    (so,) = docs(text)
+    assert so["spec"]["fallback"]["behavior"] == (behavior or "currentReplicasIfHigher")
+    comment = " ".join(line[2:] for line in text.splitlines() if line.startswith("# "))
+    assert says in comment
+
+
+@pytest.mark.parametrize(
     ("options", "message"),
     [
         (

@@ -141,9 +141,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     so.add_argument(
         "--fallback-behavior",
-        default="static",
-        help="static (default: --fallback-replicas), currentReplicas, currentReplicasIfHigher, "
-        "currentReplicasIfLower",
+        default="currentReplicasIfHigher",
+        help="what KEDA holds while the trigger fails: currentReplicasIfHigher (default: the replicas "
+        "running, at least --fallback-replicas; never scales down), currentReplicas, static (exactly "
+        "--fallback-replicas: scales a larger workload down), currentReplicasIfLower (at most "
+        "--fallback-replicas: scales down); KEDA 2.15 or newer",
     )
     so.add_argument(
         "--scaler-address",
