@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -150,21 +151,32 @@ async def kube_sources(
 
 
 async def serve(settings: AgentSettings, backend: Backend) -> None:
-    pods, node, dra = await kube_sources(settings)
-    agent = Agent(settings, backend, pods=pods, node=node, dra=dra)
-    if settings.serve_external_scaler:
-        from ..scaler.local import add_node_scope
-
-        def add_scaler(server: grpc.aio.Server) -> None:
-            add_node_scope(server, agent.state, registry=agent.registry)
-
-        agent.extra_services.append(add_scaler)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM):  # first: a signal during start-up stops it
         loop.add_signal_handler(sig, stop.set)
-    try:
+    started: list[Agent] = []
+
+    async def start() -> None:
+        pods, node, dra = await kube_sources(settings)  # a kubeconfig's credential plugin can take long
+        agent = Agent(settings, backend, pods=pods, node=node, dra=dra)
+        started.append(agent)
+        if settings.serve_external_scaler:
+            from ..scaler.local import add_node_scope
+
+            def add_scaler(server: grpc.aio.Server) -> None:
+                add_node_scope(server, agent.state, registry=agent.registry)
+
+            agent.extra_services.append(add_scaler)
         await agent.start()  # a failed start (an address in use) still stops what it had started
+
+    before = _children()
+    try:
+        if not await lifecycle.unless_stopped(start(), stop):
+            log.info("stopping: signalled during start-up")
+            _kill_new_children(before)
+            return
+        (agent,) = started
         log.info(
             "agent %s serving gRPC on :%d and metrics on :%d",
             agent.settings.node_name,
@@ -173,10 +185,30 @@ async def serve(settings: AgentSettings, backend: Backend) -> None:
         )
         await stop.wait()
     finally:
-        await agent.stop()
-        api = getattr(agent.pods, "api", None)
-        if api is not None:
-            await api.close()
+        for agent in started:
+            await agent.stop()
+            api = getattr(agent.pods, "api", None)
+            if api is not None:
+                await api.close()
+
+
+def _children() -> set[int]:
+    """This process's children, as Linux lists them (``/proc/self/task/*/children``); none elsewhere."""
+    pids: set[int] = set()
+    for task in Path("/proc/self/task").glob("*/children"):
+        with contextlib.suppress(OSError, ValueError):
+            pids.update(int(p) for p in task.read_text().split())
+    return pids
+
+
+def _kill_new_children(before: set[int]) -> None:
+    """Kill the processes a cancelled start-up left running: the agent starts none itself, but a kubeconfig's
+    credential plugin (``users[].user.exec``) is one, and the client does not stop it when cancelled (asyncio
+    kills a subprocess only when its transport is closed). Left, it would outlive the agent."""
+    for pid in sorted(_children() - before):
+        log.info("stopping process %d that start-up left running (a kubeconfig credential plugin)", pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -47,11 +47,12 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuscale-render"}
 # KEDA's fallback behaviours (ScaledObject spec.fallback.behavior, KEDA 2.15+)
 FALLBACK_BEHAVIORS = ("static", "currentReplicas", "currentReplicasIfHigher", "currentReplicasIfLower")
 # What each does to a running workload, as the render comment says it (KEDA's pkg/fallback/fallback.go):
-# the default, currentReplicasIfHigher, is the one that never scales a workload down while monitoring is broken
+# the default, currentReplicasIfHigher, never scales a workload down while monitoring is broken
 _FALLBACK_SAYS = {
     "currentReplicasIfHigher": "the larger of the replicas running now and {n}: it never scales the workload "
     "down",
-    "currentReplicas": "the replicas running now ({n} is not used): it never scales the workload down, nor up",
+    "currentReplicas": "the replicas running now ({n} is not used): it never scales the workload down, "
+    "nor up",
     "static": "exactly {n}: a workload running more is SCALED DOWN to {n} while monitoring is broken",
     "currentReplicasIfLower": "the smaller of the replicas running now and {n}: a workload running more is "
     "SCALED DOWN to {n} while monitoring is broken",
@@ -463,9 +464,9 @@ def scaledobject_documents(o: ScaledObjectOptions) -> list[Document]:
             f"fallback: after {o.fallback_failure_threshold} failed polls in a row (gpuscale answers "
             "UNAVAILABLE when the workload's GPU or engine data is stale or missing, never a made-up 0) KEDA "
             f"asks for, until the trigger answers again ({o.fallback_behavior}), "
-            f"{_FALLBACK_SAYS[o.fallback_behavior].format(n=o.fallback_replicas)}. It counts only failed GetMetrics: a scaler that cannot be "
-            "reached at all fails GetMetricSpec first and the fallback never starts (kedacore/keda#8056); the "
-            "HPA then keeps the current replicas."
+            f"{_FALLBACK_SAYS[o.fallback_behavior].format(n=o.fallback_replicas)}. It counts only failed "
+            "GetMetrics: a scaler that cannot be reached at all fails GetMetricSpec first and the fallback "
+            "never starts (kedacore/keda#8056); the HPA then keeps the current replicas."
         )
     so = {
         "apiVersion": "keda.sh/v1alpha1",
