@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -240,3 +241,62 @@ def test_watch_json_in_a_pipe_is_one_object_per_line() -> None:
     for line in [*lines, *rest.splitlines()]:
         frame = json.loads(line)
         assert [g["gpu_utilization"] for g in frame["gpus"]] == [37.0, 37.0]
+
+
+def _identities(gpus: int) -> list[tuple[str, str]]:
+    r = gpuscale("probe", "--backend", "mock", "--mock-gpus", str(gpus), "--json")
+    assert r.returncode == 0, r.stderr
+    return [(g["name"], g["uuid"]) for g in json.loads(r.stdout)["gpus"]]
+
+
+def test_a_pipe_gets_every_value_whole_whatever_columns_says() -> None:
+    # $COLUMNS is exported by many shells: the terminal's width, not the pipe's
+    r = gpuscale("probe", "--backend", "mock", "--mock-gpus", "2", env={"COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    assert "…" not in r.stdout
+    for name, uuid in _identities(2):
+        assert f"| {name} | {uuid} |" in r.stdout, r.stdout
+    assert r.stdout.count(" 0.8 / 79.6 GiB |") == 2 and r.stdout.count(" 70 / 700 W |") == 2, r.stdout
+
+
+def _on_a_terminal(columns: int, *args: str) -> str:
+    """``gpuscale probe *args`` with stdout and stderr a terminal ``columns`` wide; what it printed, without
+    the terminal's escape codes."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    parent, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    env = {**os.environ, "COLUMNS": str(columns), "TERM": "xterm"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuscale", "probe", *args], stdout=child, stderr=child, env=env
+    )
+    os.close(child)
+    out = b""
+    try:
+        while chunk := os.read(parent, 65536):
+            out += chunk
+    except OSError:  # EIO: the child closed the terminal
+        pass
+    finally:
+        os.close(parent)
+        assert proc.wait(timeout=30) == 0, out.decode(errors="replace")
+    return re.sub(r"\x1b\[[0-9;]*m", "", out.decode()).replace("\r\n", "\n")
+
+
+def test_a_narrow_terminal_gets_every_value_whole() -> None:
+    out = _on_a_terminal(80, "--backend", "mock", "--mock-gpus", "2")
+    assert "…" not in out, out
+    assert max(len(line.rstrip()) for line in out.splitlines()) <= 80, out
+    for name, uuid in _identities(2):
+        assert re.search(rf"^Name +{re.escape(name)} *$", out, re.M), out
+        assert re.search(rf"^UUID +{uuid} *$", out, re.M), out
+    assert out.count("0.8 / 79.6 GiB") == 2 and out.count("70 / 700 W") == 2, out
+
+
+def test_a_wide_terminal_gets_the_table() -> None:
+    out = _on_a_terminal(200, "--backend", "mock", "--mock-gpus", "2")
+    for name, uuid in _identities(2):
+        assert f"│ {name} │ {uuid} │" in out, out

@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import os
 import signal
 import sys
 import time
@@ -79,6 +78,53 @@ def _fmt(value: float | None, spec: str, unit: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{unit}"
 
 
+_COLUMNS = (
+    ("GPU", "right"),
+    ("Name", "left"),
+    ("UUID", "left"),
+    ("Util", "right"),
+    ("SM act", "right"),
+    ("Mem util", "right"),
+    ("Memory used / total", "right"),
+    ("Temp", "right"),
+    ("Power / limit", "right"),
+    ("SM clock", "right"),
+    ("Procs", "right"),
+)
+
+
+def _rows(records: list[dict[str, Any]]) -> list[list[str]]:
+    """Each GPU's cells, in the order of ``_COLUMNS``; a GPU that could not be read: its error after its
+    UUID."""
+    rows = []
+    for r in records:
+        gpu = str(r["index"]) + (f"/{r['gpu_instance_id']}" if r["parent_uuid"] else "")
+        if "error" in r:
+            rows.append(
+                [gpu, r["name"], r["uuid"], f"[red]{r['error']['kind']}: {r['error']['message']}[/red]"]
+            )
+            continue
+        used, total = r.get("memory_used_bytes"), r.get("memory_total_bytes")
+        mem = "-" if used is None or total is None else f"{used / GIB:.1f} / {total / GIB:.1f} GiB"
+        power = f"{_fmt(r.get('power_watts'), '.0f')} / {_fmt(r.get('power_limit_watts'), '.0f')} W"
+        rows.append(
+            [
+                gpu,
+                r["name"],
+                r["uuid"],
+                _fmt(r.get("gpu_utilization"), ".0f", " %"),
+                _fmt(r.get("sm_active"), ".0f", " %"),
+                _fmt(r.get("memory_utilization"), ".0f", " %"),
+                mem,
+                _fmt(r.get("temperature_celsius"), ".0f", " °C"),
+                power,
+                _fmt(r.get("sm_clock_mhz"), ".0f", " MHz"),
+                str(len(r.get("processes") or ())),
+            ]
+        )
+    return rows
+
+
 def _table(backend_name: str, records: list[dict[str, Any]], *, plain: bool = False) -> Any:
     """The table of ``records``; ``plain``: ASCII rules, for a pipe or a file."""
     from rich import box
@@ -89,44 +135,63 @@ def _table(backend_name: str, records: list[dict[str, Any]], *, plain: bool = Fa
         title_justify="left",
         box=box.ASCII if plain else box.HEAVY_HEAD,
     )
-    for col, justify in [
-        ("GPU", "right"),
-        ("Name", "left"),
-        ("UUID", "left"),
-        ("Util", "right"),
-        ("SM act", "right"),
-        ("Mem util", "right"),
-        ("Memory used / total", "right"),
-        ("Temp", "right"),
-        ("Power / limit", "right"),
-        ("SM clock", "right"),
-        ("Procs", "right"),
-    ]:
+    for col, justify in _COLUMNS:
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
-    for r in records:
-        gpu = str(r["index"]) + (f"/{r['gpu_instance_id']}" if r["parent_uuid"] else "")
-        if "error" in r:
-            table.add_row(
-                gpu, r["name"], r["uuid"], f"[red]{r['error']['kind']}: {r['error']['message']}[/red]"
-            )
-            continue
-        used, total = r.get("memory_used_bytes"), r.get("memory_total_bytes")
-        mem = "-" if used is None or total is None else f"{used / GIB:.1f} / {total / GIB:.1f} GiB"
-        power = f"{_fmt(r.get('power_watts'), '.0f')} / {_fmt(r.get('power_limit_watts'), '.0f')} W"
-        table.add_row(
-            gpu,
-            r["name"],
-            r["uuid"],
-            _fmt(r.get("gpu_utilization"), ".0f", " %"),
-            _fmt(r.get("sm_active"), ".0f", " %"),
-            _fmt(r.get("memory_utilization"), ".0f", " %"),
-            mem,
-            _fmt(r.get("temperature_celsius"), ".0f", " °C"),
-            power,
-            _fmt(r.get("sm_clock_mhz"), ".0f", " MHz"),
-            str(len(r.get("processes") or ())),
-        )
+    for row in _rows(records):
+        table.add_row(*row)
     return table
+
+
+def _per_gpu(backend_name: str, records: list[dict[str, Any]]) -> Any:
+    """The table's cells one GPU after the other, a line each: for a terminal too narrow for the table."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    title = f"gpuscale probe — backend {backend_name} — {time.strftime('%H:%M:%S')}"
+    parts: list[Any] = [Text(title, style="italic")]
+    for record, row in zip(records, _rows(records), strict=True):
+        names = [name for name, _ in _COLUMNS]
+        if "error" in record:
+            names[3] = "Error"
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(no_wrap=True)
+        grid.add_column(overflow="fold")  # a value longer than the terminal folds: nothing is cut off
+        for name, cell in zip(names, row, strict=False):
+            grid.add_row(name, cell)
+        parts += ["", grid]
+    return Group(*parts)
+
+
+def _width(console: Any, table: Any) -> int:
+    """The columns ``table`` needs for every cell on one line."""
+    from rich.measure import Measurement
+
+    return int(Measurement.get(console, console.options.update_width(1_000_000), table).maximum)
+
+
+def _view(console: Any, backend_name: str, records: list[dict[str, Any]]) -> Any:
+    """The table when ``console`` (a terminal) is wide enough for it, else the GPUs one after the other."""
+    table = _table(backend_name, records)
+    if _width(console, table) <= console.width:
+        return table
+    return _per_gpu(backend_name, records)
+
+
+def _print_frame(backend_name: str, records: list[dict[str, Any]]) -> None:
+    """One frame on stdout. A terminal gets the table, or the GPUs one after the other where it is too narrow
+    for it; a pipe or a file the table in ASCII as wide as its rows need, whatever $COLUMNS says (a pipe has
+    no width: $COLUMNS is the terminal's the shell was started in), so that no value is cut."""
+    from rich.console import Console
+
+    console = Console()
+    if console.is_terminal:
+        console.print(_view(console, backend_name, records))
+        return
+    table = _table(backend_name, records, plain=True)
+    plain = Console(no_color=True, highlight=False)
+    plain.width = _width(plain, table)
+    plain.print(table)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -138,9 +203,7 @@ def run(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps({"backend": backend.name, "gpus": records}, indent=2))
             else:
-                from rich.console import Console
-
-                Console().print(_table(backend.name, records))
+                _print_frame(backend.name, records)
             return 0
         with _sigterm_stops():
             _watch(backend, interval, json_lines=args.json)
@@ -184,15 +247,14 @@ def _watch(backend: Backend, interval: float, *, json_lines: bool) -> None:
     from rich.console import Console
 
     console = Console()
-    if not console.is_terminal:  # no terminal to fit: as wide as a row needs, unless $COLUMNS says
-        plain = Console(width=None if "COLUMNS" in os.environ else 200, no_color=True, highlight=False)
+    if not console.is_terminal:
         while True:
-            plain.print(_table(backend.name, _read_all(backend), plain=True))
+            _print_frame(backend.name, _read_all(backend))
             sys.stdout.flush()
             time.sleep(interval)
     from rich.live import Live
 
-    with Live(_table(backend.name, _read_all(backend)), console=console, auto_refresh=False) as live:
+    with Live(_view(console, backend.name, _read_all(backend)), console=console, auto_refresh=False) as live:
         while True:
             time.sleep(interval)
-            live.update(_table(backend.name, _read_all(backend)), refresh=True)
+            live.update(_view(console, backend.name, _read_all(backend)), refresh=True)
