@@ -7,16 +7,52 @@ matplotlib (Agg backend) is imported here only, and this module only when a plot
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from matplotlib.figure import Figure
+
     from .compare import Row
     from .report import Result
 
-__all__ = ["plot_result", "plot_set"]
+__all__ = ["PALETTE", "Style", "plot_result", "plot_set", "result_figure", "set_figure", "styles"]
+
+# Fourteen colours told apart at a glance: matplotlib's ten (tab10), then navy, gold, teal and maroon. Past
+# them the colours come round again, drawn dashed (lines) and hatched (bars).
+PALETTE = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+    "#000075",
+    "#e6ab02",
+    "#469990",
+    "#800000",
+)
+
+
+@dataclass(frozen=True)
+class Style:
+    color: str
+    again: bool  # a colour another policy has too: dashed, hatched
+
+
+def styles(policies: Iterable[str]) -> dict[str, Style]:
+    """Each policy's style, by its first place in ``policies``. A set of traces passes every policy of the
+    set to each plot, so that a policy has the same colour in each trace's plot and in the set's."""
+    order = list(dict.fromkeys(policies))
+    return {p: Style(PALETTE[i % len(PALETTE)], i >= len(PALETTE)) for i, p in enumerate(order)}
 
 
 def _axis(duration: int) -> tuple[float, str]:
@@ -27,43 +63,57 @@ def _axis(duration: int) -> tuple[float, str]:
     return 1.0, "time (seconds)"
 
 
-def plot_result(result: Result, path: Path) -> None:
+def _agg() -> None:
     import matplotlib
 
     matplotlib.use("Agg")
+
+
+def plot_result(result: Result, path: Path, policies: Sequence[str] = ()) -> None:
+    """``result_figure`` written to ``path``; ``policies``: those whose colours it shares (see ``styles``)."""
+    _agg()
     import matplotlib.pyplot as plt
+
+    fig = result_figure(result, styles([*policies, *(tl.policy for tl in result.timelines)]))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def result_figure(result: Result, style: Mapping[str, Style]) -> Figure:
+    """Demand against each policy's Ready capacity (top), the requests waiting (when the workload has a
+    queue) and the replicas (bottom); one legend, below the panels, with each policy's figures."""
+    _agg()
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     sc = result.scenario
     scale, xlabel = _axis(sc.duration_seconds)
     step = max(1, sc.duration_seconds // 4000)
     times = [t / scale for t in range(0, sc.duration_seconds, step)]
     queued = sc.workload.max_queue_seconds > 0
+    rows = (len(result.timelines) + 2) // 2  # the legend's, in two columns
+    legend_in = 0.25 + 0.17 * rows
     if queued:
         fig, (top, middle, bottom) = plt.subplots(
-            3, 1, figsize=(12, 9.5), sharex=True, height_ratios=(3, 1.6, 2)
+            3,
+            1,
+            figsize=(12, 9.5 + legend_in),
+            sharex=True,
+            height_ratios=(3, 1.6, 2),
+            layout="constrained",
         )
     else:
-        fig, (top, bottom) = plt.subplots(2, 1, figsize=(12, 7.5), sharex=True, height_ratios=(3, 2))
+        fig, (top, bottom) = plt.subplots(
+            2, 1, figsize=(12, 7.5 + legend_in), sharex=True, height_ratios=(3, 2), layout="constrained"
+        )
     first = result.timelines[0]
-    top.fill_between(
-        times,
-        [first.demand[t] for t in range(0, sc.duration_seconds, step)],
-        step="post",
-        color="0.85",
-        label="demand",
-        zorder=1,
-    )
-    top.plot(
-        times,
-        [first.demand[t] for t in range(0, sc.duration_seconds, step)],
-        color="black",
-        linewidth=1.2,
-        drawstyle="steps-post",
-        zorder=3,
-    )
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, (tl, summary) in enumerate(zip(result.timelines, result.summaries, strict=True)):
-        color = colors[i % len(colors)]
+    demand = [first.demand[t] for t in range(0, sc.duration_seconds, step)]
+    top.fill_between(times, demand, step="post", color="0.85", zorder=1)
+    top.plot(times, demand, color="black", linewidth=1.2, drawstyle="steps-post", zorder=3)
+    handles: list[object] = [Patch(facecolor="0.85", edgecolor="black", label="demand")]
+    for tl, summary in zip(result.timelines, result.summaries, strict=True):
+        st = style[tl.policy]
+        dashed = "--" if st.again else "-"
         label = (
             f"{tl.policy}: {summary.gpu_hours:.1f} GPU-h, "
             f"{100 * summary.share_of_demand_unserved:.1f}% demand unserved, "
@@ -74,24 +124,28 @@ def plot_result(result: Result, path: Path) -> None:
             middle.plot(
                 times,
                 [tl.waiting[t] for t in range(0, sc.duration_seconds, step)],
-                color=color,
+                color=st.color,
+                linestyle=dashed,
                 linewidth=1.2,
                 drawstyle="steps-post",
                 label=tl.policy,
             )
-        top.plot(
+        (line,) = top.plot(
             times,
             [tl.capacity[t] for t in range(0, sc.duration_seconds, step)],
-            color=color,
+            color=st.color,
+            linestyle=dashed,
             linewidth=1.6,
             drawstyle="steps-post",
-            label=f"capacity, {label}",
+            label=label,
             zorder=2,
         )
+        handles.append(line)
         bottom.plot(
             times,
             [tl.desired[t] for t in range(0, sc.duration_seconds, step)],
-            color=color,
+            color=st.color,
+            linestyle=dashed,
             linewidth=1.6,
             drawstyle="steps-post",
             label=f"{tl.policy}: desired",
@@ -99,7 +153,7 @@ def plot_result(result: Result, path: Path) -> None:
         bottom.plot(
             times,
             [tl.ready[t] for t in range(0, sc.duration_seconds, step)],
-            color=color,
+            color=st.color,
             linewidth=1.0,
             linestyle=":",
             drawstyle="steps-post",
@@ -110,7 +164,6 @@ def plot_result(result: Result, path: Path) -> None:
     top.set_ylabel(f"demand / capacity ({unit})")
     top.set_ylim(bottom=0)
     top.grid(True, alpha=0.3)
-    top.legend(loc="upper left", fontsize=8, framealpha=0.9)
     if queued:
         middle.set_title(
             f"requests waiting (abandoned after {sc.workload.max_queue_seconds} s: unserved)",
@@ -120,30 +173,36 @@ def plot_result(result: Result, path: Path) -> None:
         middle.set_ylabel("requests")
         middle.set_ylim(bottom=0)
         middle.grid(True, alpha=0.3)
-        middle.legend(loc="upper right", fontsize=8, framealpha=0.9)
     bottom.set_title("replicas (solid: desired, dotted: Ready)", loc="left", fontsize=10)
     bottom.set_ylabel("replicas")
     bottom.set_xlabel(xlabel)
     bottom.set_ylim(bottom=0)
     bottom.grid(True, alpha=0.3)
-    bottom.legend(loc="upper left", fontsize=8, ncol=2, framealpha=0.9)
-    fig.tight_layout()
+    # below the panels, off the data: each policy's colour in every panel, and its figures
+    fig.legend(handles=handles, loc="outside lower center", ncol=2, fontsize=8, frameon=False)
+    return fig
+
+
+def plot_set(table: Sequence[Row], path: Path) -> None:
+    """``set_figure`` written to ``path``."""
+    _agg()
+    import matplotlib.pyplot as plt
+
+    fig = set_figure(table, styles(r.policy for r in table))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def plot_set(table: Sequence[Row], path: Path) -> None:
-    """Grouped bars per trace: each policy's unserved share (top) and GPU-hours over the oracle's (bottom)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+def set_figure(table: Sequence[Row], style: Mapping[str, Style]) -> Figure:
+    """Grouped bars per trace: each policy's unserved share (top) and GPU-hours over the oracle's (bottom);
+    the legend beside the panels."""
+    _agg()
     import matplotlib.pyplot as plt
 
     traces = list(dict.fromkeys(r.trace for r in table))
     policies = list(dict.fromkeys(r.policy for r in table))
     by = {(r.trace, r.policy): r for r in table}
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(13.5, 7.5), sharex=True)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(13.5, 7.5), sharex=True, layout="constrained")
     width = 0.8 / len(policies)
     for j, policy in enumerate(policies):
         xs = [i + (j - (len(policies) - 1) / 2) * width for i in range(len(traces))]
@@ -153,18 +212,18 @@ def plot_set(table: Sequence[Row], path: Path) -> None:
             oracle = by.get((t, "oracle"))
             row = by.get((t, policy))
             cost.append(row.gpu_hours / oracle.gpu_hours if row and oracle and oracle.gpu_hours > 0 else 0.0)
-        color = colors[j % len(colors)]
-        top.bar(xs, unserved, width, label=policy, color=color)
-        bottom.bar(xs, cost, width, label=policy, color=color)
+        st = style[policy]
+        hatch = "//" if st.again else None
+        top.bar(xs, unserved, width, label=policy, color=st.color, hatch=hatch)
+        bottom.bar(xs, cost, width, label=policy, color=st.color, hatch=hatch)
     top.set_title("share of demand unserved (not started within maxQueueSeconds)", loc="left", fontsize=11)
     top.set_ylabel("unserved %")
     top.grid(True, axis="y", alpha=0.3)
-    top.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, framealpha=0.9)  # beside the bars
     bottom.set_title("GPU-hours, relative to the oracle's", loc="left", fontsize=11)
     bottom.set_ylabel("x oracle")
     bottom.axhline(1.0, color="black", linewidth=0.8)
     bottom.grid(True, axis="y", alpha=0.3)
     bottom.set_xticks(range(len(traces)), traces)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    handles, labels = top.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right upper", fontsize=8, framealpha=0.9)  # beside the bars
+    return fig

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,7 +77,9 @@ def _fmt(value: float) -> str:
     return "" if math.isnan(value) else f"{value:.6g}"
 
 
-def write_outputs(result: Result, out_dir: Path) -> Outputs:
+def write_outputs(result: Result, out_dir: Path, policies: Sequence[str] = ()) -> Outputs:
+    """``timeline.csv``, ``summary.json`` and ``plot.png`` in ``out_dir``; ``policies``: those of a set of
+    traces, so that each policy has one colour in every plot of the set."""
     out_dir.mkdir(parents=True, exist_ok=True)
     step = result.scenario.timeline_step_seconds
     timeline_path = out_dir / "timeline.csv"
@@ -116,7 +119,7 @@ def write_outputs(result: Result, out_dir: Path) -> Outputs:
     from .plot import plot_result  # matplotlib is imported only when plotting
 
     plot_path = out_dir / "plot.png"
-    plot_result(result, plot_path)
+    plot_result(result, plot_path, policies)
     return Outputs(timeline_path, summary_path, plot_path)
 
 
@@ -124,7 +127,8 @@ def write_set(results: tuple[Result, ...], out_dir: Path) -> SetOutputs:
     """Each result's outputs in ``out_dir/<scenario name>/``, and the comparison of them all."""
     from .compare import rows, table_markdown
 
-    each = tuple(write_outputs(r, out_dir / r.scenario.name) for r in results)
+    policies = [tl.policy for r in results for tl in r.timelines]
+    each = tuple(write_outputs(r, out_dir / r.scenario.name, policies) for r in results)
     table = rows(results)
     table_path = out_dir / "table.md"
     table_path.write_text(table_markdown(table), encoding="utf-8")
