@@ -8,7 +8,7 @@ the API pods, the kubelets' GPU assignments and a ``/proc/<pid>/cgroup`` per pod
 per-container figures) in step, and writes every node's mock demand file from the demand now. With
 ``engines`` each pod also runs a mock vLLM engine on a loopback port (``engines.DemoEngines``), announced by
 its ``gpuscale.io/metrics-port`` annotation, with IP ``127.0.0.1`` once its container starts, fed by the
-demand the router sends it.
+demand the router sends it (to the least loaded Ready pod); its GPU is then as busy as its engine's batch.
 """
 
 from __future__ import annotations
@@ -265,8 +265,13 @@ class DemoCluster:
         if deployment.get("status") != {"replicas": len(self.pods), "readyReplicas": ready}:
             self.api.update_object("apps/v1", "deployments", NAMESPACE, WORKLOAD, status)
         self.utilization = spread_demand(demand, self.pods, now, self.capacity_per_replica)
-        if self.engines is not None:
+        if self.engines is not None:  # the router decides each pod's share; its GPU is as busy as its batch
             self.engines.route(demand, {p.name: p.phase(now) == "Ready" for p in self.pods})
+            ready_now = {p.name for p in self.pods if p.phase(now) == "Ready"}
+            self.utilization = {
+                pod: round(self.engines.busy_percent(pod), 3) if pod in ready_now else 0.0
+                for pod in self.utilization
+            }
         for node_name, doc in demand_documents(self.gpus, self.pods, self.utilization).items():
             text = json.dumps(doc, sort_keys=True)
             if self._documents.get(node_name) != text:

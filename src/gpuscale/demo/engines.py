@@ -6,21 +6,26 @@ loading) the engine serves on that socket and the pod gets the IP ``127.0.0.1``:
 real agent discovers it (the annotation and ``status.podIP`` from the API, the GPU from the kubelet),
 scrapes, parses and streams it, and the real scaler answers engine triggers (``queue_length``) from it.
 
-The router spreads the demand evenly over the Ready pods; a loading engine gets none (it reads 0 waiting).
-Each engine serves ``capacity_per_replica`` requests per second (``max_num_seqs`` / service time); above
-that its queue (``vllm:num_requests_waiting``) grows, below it drains.
+The router sends each request to the Ready pod with the fewest requests in its engine (waiting and
+running), as LLM routers do (least outstanding requests): ``least_loaded``. Under an even load that is an
+even share; a pod with a backlog gets nothing new until the others are as loaded, so the backlog drains at
+the pod's full rate while the others take the demand. A loading engine gets none (it reads 0 waiting). Each
+engine serves ``capacity_per_replica`` requests per second (``max_num_seqs`` / service time); above that
+its queue (``vllm:num_requests_waiting``) grows, below it drains. A Ready pod's GPU is as busy as its
+engine's batch: ``busy_percent``, its running sequences over ``max_num_seqs``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..backends.mock_engine import MockEngine, MockEngineConfig, MockEngineServer, start_mock_engine
 
-__all__ = ["ANNOTATION", "DemoEngines", "engine_config"]
+__all__ = ["ANNOTATION", "DemoEngines", "engine_config", "least_loaded"]
 
 ANNOTATION = "gpuscale.io/metrics-port"
 SERVICE_TIME_S = 2.0  # seconds a request runs; max_num_seqs follows from the replica's capacity
@@ -30,6 +35,24 @@ def engine_config(capacity_per_replica: float) -> MockEngineConfig:
     """One model serving ``capacity_per_replica`` requests/s: ``max_num_seqs`` requests, each 2 s."""
     seqs = max(1, round(capacity_per_replica * SERVICE_TIME_S))
     return MockEngineConfig(models=("demo-llm",), max_num_seqs=seqs, service_time_s=SERVICE_TIME_S)
+
+
+def least_loaded(demand: float, loads: Mapping[str, float], horizon_s: float) -> dict[str, float]:
+    """The requests/s each pod gets when every arrival goes to the pod with the fewest requests in it.
+
+    ``loads``: the requests in each Ready pod's engine now; the ``demand * horizon_s`` requests arriving over
+    the next ``horizon_s`` seconds fill the least loaded pods up to a common level (water-filling), so the
+    pods at the bottom rise together and a pod above that level gets none. Equal loads share evenly."""
+    if not loads or demand <= 0 or horizon_s <= 0:
+        return dict.fromkeys(loads, 0.0)
+    remaining = demand * horizon_s
+    ordered = sorted(loads.values())
+    level, n = ordered[0], 1  # the level the arrivals fill up to, and the pods under it
+    while n < len(ordered) and (ordered[n] - level) * n <= remaining:
+        remaining -= (ordered[n] - level) * n
+        level, n = ordered[n], n + 1
+    level += remaining / n
+    return {pod: max(0.0, level - load) / horizon_s for pod, load in loads.items()}
 
 
 @dataclass
@@ -43,8 +66,10 @@ class _Engine:
 class DemoEngines:
     """The engines of the demo's pods, by pod name."""
 
-    def __init__(self, capacity_per_replica: float) -> None:
+    def __init__(self, capacity_per_replica: float, clock: Callable[[], float] = time.time) -> None:
         self.config = engine_config(capacity_per_replica)
+        self._clock = clock
+        self._routed_at: float | None = None
         self._engines: dict[str, _Engine] = {}
         self._demand: dict[str, float] = {}
         self._closing: set[asyncio.Task[None]] = set()
@@ -58,7 +83,7 @@ class DemoEngines:
         def demand(t: float) -> float:
             return self._demand.get(pod, 0.0)
 
-        self._engines[pod] = _Engine(MockEngine(self.config, demand), sock)
+        self._engines[pod] = _Engine(MockEngine(self.config, demand, clock=self._clock), sock)
         port: int = sock.getsockname()[1]
         return port
 
@@ -90,12 +115,31 @@ class DemoEngines:
         e.sock.close()
 
     def route(self, demand: float, ready: Mapping[str, bool]) -> None:
-        """Spread ``demand`` (requests/s) evenly over the Ready pods, then bring every engine to now."""
-        serving = [pod for pod, is_ready in ready.items() if is_ready]
-        share = demand / len(serving) if serving else 0.0
-        self._demand = {pod: share if ready.get(pod) else 0.0 for pod in self._engines}
+        """Send ``demand`` (requests/s) since the last call to the least loaded Ready pods
+        (``least_loaded``), then bring every engine to now."""
+        now = self._clock()
+        horizon = max(1e-3, now - self._routed_at) if self._routed_at is not None else 1e-3
+        self._routed_at = now
+        loads = {
+            pod: self.load_of(pod) for pod, is_ready in ready.items() if is_ready and pod in self._engines
+        }
+        rates = least_loaded(demand, loads, horizon)
+        self._demand = {pod: rates.get(pod, 0.0) for pod in self._engines}
         for e in self._engines.values():
-            e.engine.advance()
+            e.engine.advance(now)
+
+    def load_of(self, pod: str) -> float:
+        """Requests in ``pod``'s engine now, waiting and running."""
+        e = self._engines.get(pod)
+        return sum(s.in_system for s in e.engine.models.values()) if e is not None else 0.0
+
+    def busy_percent(self, pod: str) -> float:
+        """How busy ``pod``'s GPU is: its engine's running sequences over ``max_num_seqs``, in %."""
+        e = self._engines.get(pod)
+        if e is None:
+            return 0.0
+        running = sum(s.running for s in e.engine.models.values())
+        return min(100.0, 100.0 * running / self.config.max_num_seqs)
 
     def waiting(self) -> float:
         """Requests waiting in every engine now (the sum of ``vllm:num_requests_waiting``)."""
