@@ -1,21 +1,24 @@
 """What the demo leaves behind: ``timeline.csv`` (one row a second) and ``demo.png``.
 
-The PNG has the simulator's look (``gpuscale.sim.plot``): demand against Ready capacity on top, replicas at
-the bottom (solid desired, dotted Ready, dashed the scaler's value over its target, shaded while IsActive),
-and a heat map of every GPU's utilization in between; with the pods' engines, the requests waiting in
-them on the top panel's right axis. matplotlib (Agg)
-is imported only when the PNG is written.
+The PNG has the simulator's look (``gpuscale.sim.plot``), four panels: demand against Ready capacity (with
+the pods' engines, the requests waiting in them on its right axis); a heat map of every GPU's utilization;
+the scaler's answers over their target, shaded while IsActive, the answers a decision shaped marked by
+its kind (``DECISION_MARKERS``: ahead, the KV-cache guard, …); the replicas on their own axis (solid
+desired, dotted Ready). matplotlib (Agg) is imported only when the PNG is written, its font-cache notice
+held back.
 """
 
 from __future__ import annotations
 
 import csv
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-__all__ = ["Row", "plot_timeline", "write_timeline"]
+__all__ = ["DECISION_MARKERS", "Row", "decision_kind", "plot_timeline", "timeline_figure", "write_timeline"]
 
 
 @dataclass(frozen=True)
@@ -96,14 +99,54 @@ def write_timeline(rows: Sequence[Row], gpu_labels: Sequence[str], path: Path) -
             )
 
 
-def plot_timeline(rows: Sequence[Row], gpu_labels: Sequence[str], title: str, path: Path) -> None:
+# How the scaler decided an answer (``Row.decided``, from its /explain): the marker the plot gives each kind
+DECISION_MARKERS: dict[str, tuple[str, str, str]] = {
+    "ahead": ("^", "C1", "ahead: scaleAhead asked for the demand one cold start ahead"),
+    "KV-cache guard": ("s", "C4", "KV-cache guard: the KV cache's floor held the replicas"),
+    "N-1 guard": ("D", "C5", "N-1 guard"),
+    "all pods loading": ("o", "C6", "all pods loading"),
+}
+_FONT_CACHE_NOTICE = "Matplotlib is building the font cache"
+
+
+def decision_kind(decided: str) -> str:
+    """``"ahead 4 s"`` → ``"ahead"``; every other decision is its own kind."""
+    return "ahead" if decided.startswith("ahead") else decided
+
+
+def _quiet_font_cache(record: logging.LogRecord) -> bool:
+    """matplotlib's notice while it builds its font cache (first use only): a progress note, not a problem
+    of the demo's, which would tear the live view. Every other record of its font manager passes."""
+    return not record.getMessage().startswith(_FONT_CACHE_NOTICE)
+
+
+def _import_pyplot() -> Any:
+    font_manager = logging.getLogger("matplotlib.font_manager")
+    if _quiet_font_cache not in font_manager.filters:
+        font_manager.addFilter(_quiet_font_cache)
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def plot_timeline(rows: Sequence[Row], gpu_labels: Sequence[str], title: str, path: Path) -> None:
+    plt = _import_pyplot()
+    fig = timeline_figure(rows, gpu_labels, title)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def timeline_figure(rows: Sequence[Row], gpu_labels: Sequence[str], title: str) -> Any:
+    """The demo's figure (a matplotlib ``Figure``): demand, the GPUs, the scaler's answers with how it decided
+    them, the replicas."""
+    plt = _import_pyplot()
     t = [r.t for r in rows]
-    fig, (top, middle, bottom) = plt.subplots(3, 1, figsize=(12, 9), sharex=True, height_ratios=(3, 2, 2))
+    fig, (top, middle, scaler, bottom) = plt.subplots(
+        4, 1, figsize=(12, 11), sharex=True, height_ratios=(3, 2, 2, 2)
+    )
     demand = [r.demand for r in rows]
     top.fill_between(t, demand, step="post", color="0.85", label="demand", zorder=1)
     top.plot(t, demand, color="black", linewidth=1.2, drawstyle="steps-post", zorder=3)
@@ -124,7 +167,7 @@ def plot_timeline(rows: Sequence[Row], gpu_labels: Sequence[str], title: str, pa
         fontsize=12,
     )
     top.set_ylabel("requests/s")
-    top.set_ylim(bottom=0)
+    top.set_ylim(0, 1.15 * max((max(r.demand, r.capacity) for r in rows), default=1.0) or 1.0)
     top.grid(True, alpha=0.3)
     top.legend(loc="upper left", fontsize=8, framealpha=0.9)
     if any(not math.isnan(r.queue) for r in rows):
@@ -165,6 +208,66 @@ def plot_timeline(rows: Sequence[Row], gpu_labels: Sequence[str], title: str, pa
     bar = fig.colorbar(image, cax=middle.inset_axes((1.005, 0.0, 0.012, 1.0)))
     bar.ax.tick_params(labelsize=7)
 
+    proposal = [r.value / r.target if r.target > 0 and not math.isnan(r.value) else math.nan for r in rows]
+    scaler.plot(
+        t,
+        proposal,
+        color="0.3",
+        linewidth=1.2,
+        drawstyle="steps-post",
+        label="scaler value / target (the HPA asks for its ceil)",
+    )
+    for kind, (marker, color, words) in DECISION_MARKERS.items():
+        at = [
+            (r.t, p)
+            for r, p in zip(rows, proposal, strict=True)
+            if r.decided and decision_kind(r.decided) == kind
+        ]
+        if at:
+            scaler.scatter(
+                [x for x, _ in at],
+                [0.0 if math.isnan(y) else y for _, y in at],
+                marker=marker,
+                color=color,
+                s=28,
+                zorder=3,
+                label=words,
+            )
+    others = sorted(
+        {r.decided for r in rows if r.decided and decision_kind(r.decided) not in DECISION_MARKERS}
+    )
+    for decided in others:
+        at = [(r.t, p) for r, p in zip(rows, proposal, strict=True) if r.decided == decided]
+        scaler.scatter(
+            [x for x, _ in at],
+            [0.0 if math.isnan(y) else y for _, y in at],
+            marker="x",
+            s=28,
+            zorder=3,
+            label=decided,
+        )
+    active = [1.0 if r.active else 0.0 for r in rows]
+    scaler.fill_between(
+        t,
+        0,
+        active,
+        step="post",
+        color="C2",
+        alpha=0.15,
+        label="IsActive true",
+        transform=scaler.get_xaxis_transform(),
+    )
+    scaler.set_title(
+        "the scaler's answers over the target; marked: how the scaler decided (its /explain)",
+        loc="left",
+        fontsize=10,
+    )
+    scaler.set_ylabel("value / target")
+    finite = [p for p in proposal if not math.isnan(p)]
+    scaler.set_ylim(0, 1.45 * max(finite, default=1.0) + 0.5)  # room above the peak for the legend
+    scaler.grid(True, alpha=0.3)
+    scaler.legend(loc="upper left", fontsize=8, ncol=2, framealpha=0.9)
+
     bottom.plot(
         t, [r.desired for r in rows], color="C0", linewidth=1.6, drawstyle="steps-post", label="desired"
     )
@@ -177,33 +280,12 @@ def plot_timeline(rows: Sequence[Row], gpu_labels: Sequence[str], title: str, pa
         drawstyle="steps-post",
         label="Ready",
     )
-    proposal = [r.value / r.target if r.target > 0 and not math.isnan(r.value) else math.nan for r in rows]
-    bottom.plot(
-        t,
-        proposal,
-        color="0.4",
-        linewidth=1.0,
-        linestyle="--",
-        drawstyle="steps-post",
-        label="scaler value / target (HPA: ceil)",
-    )
-    active = [1.0 if r.active else 0.0 for r in rows]
-    bottom.fill_between(
-        t,
-        0,
-        active,
-        step="post",
-        color="C2",
-        alpha=0.15,
-        label="IsActive true",
-        transform=bottom.get_xaxis_transform(),
-    )
     bottom.set_title("replicas (solid: desired, dotted: Ready)", loc="left", fontsize=10)
     bottom.set_ylabel("replicas")
     bottom.set_xlabel("time (seconds)")
-    bottom.set_ylim(bottom=0)
+    bottom.set_ylim(0, max((max(r.desired, r.ready) for r in rows), default=1) + 1)
+    bottom.yaxis.get_major_locator().set_params(integer=True)
     bottom.grid(True, alpha=0.3)
-    bottom.legend(loc="upper left", fontsize=8, ncol=4, framealpha=0.9)
+    bottom.legend(loc="upper left", fontsize=8, ncol=2, framealpha=0.9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
