@@ -5,13 +5,15 @@ Deployment ``demo/llm`` and a ScaledObject as ``gpuscale render --mode external`
 profile, ``window`` 2 s, a 10 s scale-down window). Every second the demand (requests/s, from
 ``gpuscale.demo.patterns``) is spread over the Running pods: each pod's GPU at ``demand / (running pods x
 capacity per replica)``, at most 100 %. What it prints is what ``kubectl get hpa,deploy,pods`` would show:
-the HPA's current metric and desired replicas, the Deployment's ``spec.replicas``, the Running pods. The HPA
+the HPA's current metric (a Kubernetes quantity, ``41667m``, printed as the number it is, 41.7) and desired
+replicas, or that the HPA has not synced yet; the Deployment's ``spec.replicas``; the Running pods. The HPA
 syncs every 5 s here (its default is 15 s). ``timeline.csv`` goes to ``out_dir``.
 """
 
 from __future__ import annotations
 
 import csv
+import re
 import subprocess
 import sys
 import time
@@ -29,7 +31,15 @@ from .errors import KubeRequestFailed
 from .launcher import ControlPlane, GpuNode
 from .stack import GpuStack
 
-__all__ = ["RealDemoSettings", "run_real_demo"]
+__all__ = [
+    "HpaReading",
+    "RealDemoSettings",
+    "format_number",
+    "hpa_reading",
+    "hpa_words",
+    "parse_quantity",
+    "run_real_demo",
+]
 
 NAMESPACE, WORKLOAD = "demo", "llm"
 
@@ -143,14 +153,14 @@ def run_real_demo(settings: RealDemoSettings, print_line: Callable[[str], None] 
                 )
                 per_pod = min(100.0, 100.0 * demand / (max(running, 1) * settings.capacity_per_replica))
                 stack.set_load(per_pod if running else 0.0)
-                hpa = _hpa(client)
+                hpa = hpa_reading(_hpa(client))
                 row = {
                     "t": round(t, 1),
                     "phase": phase,
                     "demand": round(demand, 1),
                     "gpu_percent": round(per_pod if running else 0.0, 1),
-                    "hpa_metric": hpa[0],
-                    "hpa_desired": hpa[1],
+                    "hpa_metric": "" if hpa.metric is None else round(hpa.metric, 3),
+                    "hpa_desired": "" if hpa.desired is None else hpa.desired,
                     "spec_replicas": deploy["spec"].get("replicas", 0),
                     "running": running,
                 }
@@ -159,8 +169,7 @@ def run_real_demo(settings: RealDemoSettings, print_line: Callable[[str], None] 
                     last_print = t
                     print_line(
                         f"t={t:5.1f}s {phase:<16} demand {demand:5.1f} req/s GPU {row['gpu_percent']:5.1f}% "
-                        f"hpa metric {row['hpa_metric']:<8} desired {row['hpa_desired']!s:<3} "
-                        f"deploy {row['spec_replicas']}  running {running}"
+                        f"{hpa_words(hpa)}  deploy {row['spec_replicas']}  running {running}"
                     )
                 time.sleep(1.0)
         except KeyboardInterrupt:
@@ -174,16 +183,78 @@ def run_real_demo(settings: RealDemoSettings, print_line: Callable[[str], None] 
     return timeline
 
 
-def _hpa(client: KubeClient) -> tuple[str, int | str]:
+def _hpa(client: KubeClient) -> dict[str, Any] | None:
     try:
-        h = client.get(
+        h: dict[str, Any] = client.get(
             f"/apis/autoscaling/v2/namespaces/{NAMESPACE}/horizontalpodautoscalers/keda-hpa-{WORKLOAD}"
         )
     except KubeRequestFailed:  # KEDA has not made it yet
-        return "-", "-"
-    status = h.get("status", {})
-    metrics = status.get("currentMetrics") or []
-    value = "-"
-    if metrics and (current := metrics[0].get("external", {}).get("current")):
-        value = str(current.get("averageValue") or current.get("value") or "-")
-    return value, status.get("desiredReplicas", "-")
+        return None
+    return h
+
+
+@dataclass(frozen=True)
+class HpaReading:
+    """What ``kubectl get hpa`` shows of the HPA KEDA made: ``synced`` once the HPA controller has synced it
+    (its status has conditions); its current metric as a number; its desired replicas (None until synced)."""
+
+    exists: bool
+    synced: bool
+    metric: float | None
+    desired: int | None
+
+
+_QUANTITY = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?")
+_SUFFIX = {
+    "": 1.0, "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+    "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60,
+}  # fmt: skip
+
+
+def parse_quantity(text: str) -> float:
+    """A Kubernetes quantity as a number: ``41667m`` → 41.667, ``40`` → 40, ``2k`` → 2000, ``1Ki`` → 1024."""
+    m = _QUANTITY.fullmatch(text.strip())
+    if m is None:
+        raise ValueError(f'"{text}" is not a Kubernetes quantity')
+    return float(m.group(1)) * _SUFFIX[m.group(2) or ""]
+
+
+def format_number(value: float) -> str:
+    """A metric as a person reads it: ``41.667`` → ``41.7``, ``40.0`` → ``40``, ``0.05`` → ``0.05``."""
+    if value == int(value):
+        return str(int(value))
+    return f"{value:.1f}" if abs(value) >= 1 else f"{value:.2g}"
+
+
+def hpa_reading(hpa: dict[str, Any] | None) -> HpaReading:
+    if hpa is None:
+        return HpaReading(exists=False, synced=False, metric=None, desired=None)
+    status = hpa.get("status") or {}
+    # KEDA creates the HPA with an empty status (desiredReplicas 0); the HPA controller's first sync sets
+    # its conditions (AbleToScale, ScalingActive), whether or not it could read the metric
+    synced = bool(status.get("conditions"))
+    metric = None
+    for m in status.get("currentMetrics") or []:
+        current = (m.get("external") or {}).get("current") or {}
+        raw = current.get("averageValue") or current.get("value")
+        if raw is not None:
+            metric = parse_quantity(str(raw))
+            break
+    desired = status.get("desiredReplicas")
+    return HpaReading(
+        exists=True,
+        synced=synced,
+        metric=metric,
+        desired=int(desired) if synced and desired is not None else None,
+    )
+
+
+def hpa_words(hpa: HpaReading) -> str:
+    """``hpa metric 41.7 desired 5``; before the HPA exists or has synced, say so instead of its zeros."""
+    if not hpa.exists:
+        return f"{'hpa not created yet':<30}"
+    if not hpa.synced:
+        return f"{'hpa not synced yet':<30}"
+    metric = "-" if hpa.metric is None else format_number(hpa.metric)
+    desired = "-" if hpa.desired is None else str(hpa.desired)
+    return f"hpa metric {metric:<7} desired {desired:<3}"
