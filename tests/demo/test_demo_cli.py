@@ -10,13 +10,29 @@ from pathlib import Path
 
 import pytest
 
+from gpuscale.cli import build_parser
+from gpuscale.cli.demo import profile_of
+from gpuscale.scaling.keys import ENGINE_METRICS
+from gpuscale.scaling.profiles import ProfileSet
+
 
 @pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_demo_scales_out_under_the_burst_and_back_in(tmp_path: Path) -> None:
     out = tmp_path / "out"
     run = subprocess.run(
-        [sys.executable, "-m", "gpuscale", "demo", "--duration", "40", "--out", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "gpuscale",
+            "demo",
+            "--profile",
+            "online-inference",
+            "--duration",
+            "40",
+            "--out",
+            str(out),
+        ],
         capture_output=True,
         text=True,
         timeout=140,
@@ -75,13 +91,12 @@ def test_an_out_that_cannot_be_written_is_one_line_and_exit_2(tmp_path: Path, ou
 
 @pytest.mark.slow
 @pytest.mark.timeout(150)
-def test_demo_with_the_engine_profile_scales_on_the_mock_engines_queue(tmp_path: Path) -> None:
-    """``--profile llm-serving``: each pod runs a mock vLLM engine; the real agents discover (annotation, pod
-    IP), scrape and parse it, and the scaler's queue_length answer drives the replicas."""
+def test_demo_by_default_scales_on_the_mock_engines_queue(tmp_path: Path) -> None:
+    """The default, ``llm-serving``: each pod runs a mock vLLM engine; the real agents discover (annotation,
+    pod IP), scrape and parse it, and the scaler's queue_length answer drives the replicas."""
     out = tmp_path / "out"
     run = subprocess.run(
-        [sys.executable, "-m", "gpuscale", "demo", "--profile", "llm-serving", "--duration", "30",
-         "--out", str(out)],
+        [sys.executable, "-m", "gpuscale", "demo", "--duration", "30", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=140,
@@ -89,6 +104,7 @@ def test_demo_with_the_engine_profile_scales_on_the_mock_engines_queue(tmp_path:
         cwd=tmp_path,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
+    assert "profile llm-serving" in run.stdout.splitlines()[0]
     (engines,) = [line for line in run.stdout.splitlines() if line.startswith("engines:")]
     scrapes = int(engines.split("engines ", 1)[1].split(" times", 1)[0])
     assert scrapes >= 30, engines  # gpuscale_agent_engine_scrapes_total{result="ok"}: 0.5 s rounds
@@ -113,6 +129,21 @@ def test_demo_with_the_engine_profile_scales_on_the_mock_engines_queue(tmp_path:
                for d in decided), decided  # fmt: skip
     if decided - {""}:
         assert any(line.startswith("decided:") for line in run.stdout.splitlines())
+
+
+@pytest.mark.parametrize(
+    ("argv", "profile"),
+    [
+        (["demo"], "llm-serving"),  # scripts/demo: the LLM case, on the pods' mock vLLM engines
+        (["demo", "--pattern", "spike"], "llm-serving"),
+        (["demo", "--control-plane", "real"], "online-inference"),  # its pods run no engines
+        (["demo", "--profile", "online-inference"], "online-inference"),
+    ],
+)
+def test_the_demo_runs_the_llm_case_unless_told_otherwise(argv: list[str], profile: str) -> None:
+    assert profile_of(build_parser(argv).parse_args(argv)) == profile
+    engines = ProfileSet.builtin()[profile].metric in ENGINE_METRICS
+    assert engines == (profile == "llm-serving")
 
 
 def test_an_engine_profile_on_the_real_control_plane_is_one_line_and_exit_2(tmp_path: Path) -> None:

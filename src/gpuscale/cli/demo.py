@@ -17,6 +17,16 @@ from ..scaling.profiles import BUILTIN_PROFILES, ProfileSet
 __all__ = ["register"]
 
 DURATION_S = (15.0, 86400.0)  # the HPA's first decisions need 15 s of pattern; a day is a soak, not a demo
+PROFILE = "llm-serving"  # the LLM case, on the pods' mock vLLM engines (docs/decisions.md)
+REAL_PROFILE = "online-inference"  # the real control plane's pods run no engines: a GPU profile
+
+
+def profile_of(args: argparse.Namespace) -> str:
+    """The profile the demo runs: ``--profile``, else the default of its control plane."""
+    given: str | None = args.profile
+    if given is not None:
+        return given
+    return REAL_PROFILE if args.control_plane == "real" else PROFILE
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -44,9 +54,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument(
         "--profile",
-        default="online-inference",
+        default=None,
         choices=profiles,
-        help="the trigger's profile (default online-inference); the demo sets window: 2 s",
+        help=f"the trigger's profile (default {PROFILE}: the pods' mock vLLM engines' queue, scaleAhead and "
+        f"the KV-cache guard; {REAL_PROFILE} with --control-plane real, whose pods run no engines); the demo "
+        "sets window: 2 s",
     )
     p.add_argument(
         "--out", default="gpuscale-demo", help="directory for the outputs (default ./gpuscale-demo)"
@@ -89,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             f'--duration "{args.duration:g}" must be from {DURATION_S[0]:g} to {DURATION_S[1]:g} seconds'
         )
+    args.profile = profile_of(args)
     if args.control_plane == "real":
         metric = ProfileSet.builtin()[args.profile].metric
         if metric in ENGINE_METRICS:
@@ -107,8 +120,8 @@ def run(args: argparse.Namespace) -> int:
         out_dir=out, duration=args.duration, pattern=args.pattern, profile=args.profile, live=live
     )
     print(
-        f"gpuscale demo: {args.duration:g} s of the {args.pattern} pattern on 3 mock nodes with 2 GPUs each "
-        "(start-up takes a few seconds; Ctrl-C stops)",
+        f"gpuscale demo: {args.duration:g} s of the {args.pattern} pattern, profile {args.profile}, on 3 "
+        "mock nodes with 2 GPUs each (start-up takes a few seconds; Ctrl-C stops)",
         flush=True,
     )
     try:
