@@ -1,5 +1,5 @@
 """Broken monitoring never scales a workload down, with the fallback ``gpuscale render`` writes: a Deployment
-scaled to 6 by hand, every agent killed, KEDA's fallback engaged (``--fallback-replicas 2``), and the
+scaled to 6 (by the load, every pod attributed), every agent killed, KEDA's fallback engaged (``--fallback-replicas 2``), and the
 Deployment held at 6 through the HPA's (shortened) scale-down window, on the real KEDA and HPA. KEDA's
 ``static`` behaviour would take it to 2 here."""
 
@@ -9,6 +9,7 @@ from gpuscale.controlplane.client import KubeClient, wait_for
 from gpuscale.controlplane.stack import GpuStack
 
 from .helpers import (
+    attributed_pods,
     condition,
     delete_namespace,
     deployment,
@@ -34,7 +35,7 @@ def test_the_rendered_fallback_holds_six_replicas_while_every_agent_is_gone(gpus
             "--mode", "external", "--target", "deployment/llm", "--namespace", ns,
             "--scaler-address", gpus.scaler_address, "--metric", "gpu_utilization", "--aggregation", "avg",
             "--target-value", "50", "--window", "2", "--stale-after", "4", "--min-replicas", "1",
-            "--max-replicas", "8", "--polling-interval", "2", "--fallback-replicas", "2",
+            "--max-replicas", "6", "--polling-interval", "2", "--fallback-replicas", "2",
         )  # fmt: skip
         assert so["spec"]["fallback"] == {
             "failureThreshold": 3,
@@ -50,14 +51,17 @@ def test_the_rendered_fallback_holds_six_replicas_while_every_agent_is_gone(gpus
             return True if current and current[0].get("external", {}).get("current") else None
 
         wait_for("the HPA reads the external metric", metric_seen, 60)
-        # kubectl -n NS scale deploy llm --replicas 6
-        client.request(
-            "PATCH",
-            f"/apis/apps/v1/namespaces/{ns}/deployments/llm/scale",
-            {"spec": {"replicas": 6}},
-            content_type="application/merge-patch+json",
-        )
-        wait_running(client, ns, "llm", 6, 90)
+        gpus.set_load(90)  # ceil(n x 90 / 50): 1 -> 2 -> 4 -> 6, the maximum
+        wait_replicas(client, ns, "llm", lambda n: n == 6, 150, what="== 6 at 90 %")
+        pods = wait_running(client, ns, "llm", 6, 90)
+        names = {(ns, p["metadata"]["name"]) for p in pods}
+
+        def all_attributed() -> set[tuple[str, str]] | None:
+            seen = attributed_pods([a.metrics_url for a in gpus.agents.values()])
+            return seen if names <= seen else None
+
+        wait_for("the agents attribute a GPU to every pod", all_attributed, 30)
+        gpus.set_load(50)  # at the target: the HPA keeps the 6
         sleep_watching(8, lambda: _at_least(client, ns, 6, "before the agents are killed"))
 
         for name in list(gpus.agents):

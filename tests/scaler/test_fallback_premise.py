@@ -27,7 +27,8 @@ async def test_with_no_agent_get_metrics_fails_and_get_metric_spec_does_not(
     cluster: Cluster, keda: Callable[[int], KedaClient]
 ) -> None:
     metadata, fallback = _example()
-    assert fallback == {"failureThreshold": 3, "replicas": 4}
+    # the behaviour that never scales a running workload down (docs/scaler.md)
+    assert fallback == {"failureThreshold": 3, "replicas": 4, "behavior": "currentReplicasIfHigher"}
     md = {**metadata, "podSelector": "app=llm"}
     scaler = await cluster.scaler(kube=False, agents=())
     client = keda(scaler.grpc_port)

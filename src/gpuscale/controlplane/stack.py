@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +25,10 @@ from .launcher import ControlPlane, GpuNode, Process, start_process
 __all__ = ["GpuStack", "NodeAgent"]
 
 _SERVING = re.compile(r"serving gRPC on :(\d+)")
+
+
+# the longest path a unix socket takes here (sun_path is 108 bytes with its NUL; gRPC wants some room)
+_SUN_PATH_MAX = 100
 
 
 @dataclass
@@ -58,6 +64,7 @@ class GpuStack:
     scaler: Process | None = None
     scaler_port: int = 0
     scaler_metrics_port: int = 0
+    _socket_dir: Path | None = field(default=None, repr=False)
 
     @property
     def scaler_address(self) -> str:
@@ -65,11 +72,18 @@ class GpuStack:
 
     def start(self) -> None:
         work = self.plane.workdir
+        # a unix socket's path fits in sun_path (108 bytes): under a deep working directory (a long --out)
+        # the kubelet sockets go to a short directory of their own, removed by stop()
+        longest = max((len(f"{self.prefix}{n.name}.sock") for n in self.plane.nodes), default=0)
+        sockets = work
+        if len(str(work.resolve())) + 1 + longest > _SUN_PATH_MAX:
+            self._socket_dir = Path(tempfile.mkdtemp(prefix="gpuscale-"))
+            sockets = self._socket_dir
         ports = free_ports(2 * len(self.plane.nodes) + 2)
         for i, node in enumerate(self.plane.nodes):
             self.agents[node.name] = NodeAgent(
                 node,
-                work / f"{self.prefix}{node.name}.sock",
+                sockets / f"{self.prefix}{node.name}.sock",
                 work / f"{self.prefix}{node.name}-demand.json",
                 ports[2 * i],
                 ports[2 * i + 1],
@@ -173,6 +187,9 @@ class GpuStack:
             if p is not None and p in self.plane.processes:
                 p.stop()
                 self.plane.processes.remove(p)
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+            self._socket_dir = None
 
     def kill_agent(self, node: str) -> None:
         """SIGKILL the node's agent, as a crash or an OOM kill would."""
