@@ -101,6 +101,7 @@ def test_more_missing_than_max_missing_percent_is_unavailable_and_keda_keeps_the
     assert math.isnan(tl.metric[-1])  # UNAVAILABLE: the HPA reads no value and keeps its replicas
 
 
+@pytest.mark.timeout(120)  # the 30-minute step burst, ten policies: about 15-25 s of CPU here
 def test_llm_step_burst_with_4_of_10_pods_dark_keeps_its_replicas() -> None:
     """The shipped burst scenario once it has scaled out: darken 4 of the workload's pods (their agents gone)
     and at no second does a gpuscale policy have fewer replicas than the same run without the fault. (Were

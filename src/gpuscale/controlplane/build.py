@@ -263,7 +263,7 @@ def build(progress: Progress | None = None, *, go_dir: Path | None = None) -> Bi
         v = binaries.versions
         say(
             f"building the control plane into {root} (Kubernetes {v['kubernetes']}, etcd {v['etcd']}, "
-            f"kwok {v['kwok']}, KEDA {v['keda']}); the first build takes 20-30 min on 2 cores"
+            f"kwok {v['kwok']}, KEDA {v['keda']}); the first build takes about 21 min on 2 cores"
         )
         bindir = root / "bin"
         bindir.mkdir(exist_ok=True)
