@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,33 +21,9 @@ from typing import IO
 
 import pytest
 
+from tests.cli.sessions import children, free_port, in_session
+
 PLUGIN_SECONDS = 60
-
-
-def _free() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _in_session(sid: int) -> list[int]:
-    """The live (not zombie) processes of session ``sid``."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # state, ppid, pgrp, session, ...
-        if int(fields[3]) == sid and fields[0] not in ("Z", "X"):
-            pids.append(int(entry.name))
-    return pids
-
-
-def _children(pid: int) -> list[int]:
-    return [p for p in _in_session(pid) if p != pid]
 
 
 def _slow_kubeconfig(tmp_path: Path) -> Path:
@@ -63,7 +38,7 @@ def _slow_kubeconfig(tmp_path: Path) -> Path:
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{_free()}"}}],
+        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{free_port()}"}}],
         "users": [
             {
                 "name": "u",
@@ -101,9 +76,9 @@ def _agent(kubeconfig: Path, tmp_path: Path, stderr: IO[str]) -> subprocess.Pope
             "--kubelet-socket",
             str(tmp_path / "kubelet.sock"),
             "--grpc-address",
-            f"127.0.0.1:{_free()}",
+            f"127.0.0.1:{free_port()}",
             "--metrics-address",
-            f"127.0.0.1:{_free()}",
+            f"127.0.0.1:{free_port()}",
         ],
         stdout=subprocess.DEVNULL,
         stderr=stderr,
@@ -121,7 +96,7 @@ def test_a_signal_while_the_credential_plugin_runs_stops_the_agent_and_the_plugi
         proc = _agent(_slow_kubeconfig(tmp_path), tmp_path, stderr)
     try:
         deadline = time.monotonic() + 20
-        while not _children(proc.pid):  # the plugin is running: the agent is starting
+        while not children(proc.pid):  # the plugin is running: the agent is starting
             assert proc.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "the agent started no credential plugin within 20 s"
             time.sleep(0.01)
@@ -134,7 +109,7 @@ def test_a_signal_while_the_credential_plugin_runs_stops_the_agent_and_the_plugi
         except subprocess.TimeoutExpired:
             pytest.fail(f"the agent was still running 20 s after {sig.name}")
         took = time.monotonic() - sent
-        left = _children(proc.pid)
+        left = children(proc.pid)
         text = log.read_text()
         # it acts within a second; 5 s leaves room for a loaded machine (it waited for the plugin when it did
         # not act)
@@ -143,7 +118,7 @@ def test_a_signal_while_the_credential_plugin_runs_stops_the_agent_and_the_plugi
         assert proc.returncode == 0, text
         assert "Traceback" not in text, text
     finally:
-        for pid in _in_session(proc.pid):
+        for pid in in_session(proc.pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         proc.wait(timeout=10)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,32 +19,7 @@ from typing import IO
 import pytest
 
 from gpuscale.scaler.ingest import MAX_WORKERS
-
-
-def _free() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _in_session(sid: int) -> list[int]:
-    """The live (not zombie) processes of session ``sid``."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # state, ppid, pgrp, session, ...
-        if int(fields[3]) == sid and fields[0] not in ("Z", "X"):
-            pids.append(int(entry.name))
-    return pids
-
-
-def _children(pid: int) -> list[int]:
-    return [p for p in _in_session(pid) if p != pid]
+from tests.cli.sessions import children, free_port, in_session
 
 
 def _scaler(workers: int, stderr: IO[str]) -> subprocess.Popen[bytes]:
@@ -56,13 +30,13 @@ def _scaler(workers: int, stderr: IO[str]) -> subprocess.Popen[bytes]:
             "gpuscale",
             "scaler",
             "--agents",
-            f"127.0.0.1:{_free()}",
+            f"127.0.0.1:{free_port()}",
             "--ingest-workers",
             str(workers),
             "--grpc-address",
-            f"127.0.0.1:{_free()}",
+            f"127.0.0.1:{free_port()}",
             "--metrics-address",
-            f"127.0.0.1:{_free()}",
+            f"127.0.0.1:{free_port()}",
         ],
         stdout=subprocess.DEVNULL,
         stderr=stderr,
@@ -80,11 +54,11 @@ def test_a_signal_while_ingest_workers_spawn_stops_the_scaler_and_its_workers(
         proc = _scaler(MAX_WORKERS, stderr)
     try:
         deadline = time.monotonic() + 20
-        while not _children(proc.pid):  # the first worker is up: the scaler is spawning
+        while not children(proc.pid):  # the first worker is up: the scaler is spawning
             assert proc.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "no ingest worker was spawned within 20 s"
             time.sleep(0.01)
-        assert len(_children(proc.pid)) < MAX_WORKERS, "every worker was up before the signal: not mid-spawn"
+        assert len(children(proc.pid)) < MAX_WORKERS, "every worker was up before the signal: not mid-spawn"
         sent = time.monotonic()
         proc.send_signal(sig)  # to the scaler alone: its workers are its to stop
         try:
@@ -92,7 +66,7 @@ def test_a_signal_while_ingest_workers_spawn_stops_the_scaler_and_its_workers(
         except subprocess.TimeoutExpired:
             pytest.fail(f"the scaler was still running 20 s after {sig.name}")
         took = time.monotonic() - sent
-        left = _children(proc.pid)
+        left = children(proc.pid)
         text = log.read_text()
         # it acts within a second; 5 s leaves room for a loaded machine (it took minutes when it did not)
         assert took < 5.0, f"the scaler took {took:.1f} s to stop after {sig.name}:\n{text}"
@@ -100,7 +74,7 @@ def test_a_signal_while_ingest_workers_spawn_stops_the_scaler_and_its_workers(
         assert proc.returncode == 0, text
         assert "Traceback" not in text, text
     finally:
-        for pid in _in_session(proc.pid):
+        for pid in in_session(proc.pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         proc.wait(timeout=10)
@@ -117,19 +91,19 @@ def test_a_signal_once_serving_stops_the_scaler_and_its_workers(tmp_path: Path) 
             assert proc.poll() is None, log.read_text()
             assert time.monotonic() < deadline, f"the scaler did not serve within 30 s:\n{log.read_text()}"
             time.sleep(0.05)
-        assert len(_children(proc.pid)) == 2
+        assert len(children(proc.pid)) == 2
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=20)
         took = time.monotonic() - sent
-        left = _children(proc.pid)
+        left = children(proc.pid)
         text = log.read_text()
         assert took < 8.0, f"the scaler took {took:.1f} s to stop:\n{text}"
         assert left == [], f"{len(left)} ingest workers outlived the scaler:\n{text}"
         assert proc.returncode == 0, text
         assert "Traceback" not in text, text
     finally:
-        for pid in _in_session(proc.pid):
+        for pid in in_session(proc.pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         proc.wait(timeout=10)

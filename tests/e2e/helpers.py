@@ -193,3 +193,25 @@ def sleep_watching(seconds: float, check: Callable[[], None]) -> None:
     while time.monotonic() < end:
         check()
         time.sleep(0.5)
+
+
+def wait_metric_seen(
+    client: KubeClient, namespace: str, scaled_object_name: str, timeout: float = 60
+) -> None:
+    """Until the HPA of the ScaledObject shows a current value for its external metric."""
+
+    def seen() -> bool | None:
+        current = hpa(client, namespace, scaled_object_name).get("status", {}).get("currentMetrics") or []
+        return True if current and current[0].get("external", {}).get("current") else None
+
+    wait_for("the HPA reads the external metric", seen, timeout)
+
+
+def wait_attributed(metrics_urls: Sequence[str], pods: set[tuple[str, str]], timeout: float = 30) -> None:
+    """Until the agents' /metrics attribute a GPU to every one of ``pods`` ((namespace, name))."""
+
+    def all_attributed() -> set[tuple[str, str]] | None:
+        seen = attributed_pods(metrics_urls)
+        return seen if pods <= seen else None
+
+    wait_for("the agents attribute a GPU to every pod", all_attributed, timeout)

@@ -12,11 +12,11 @@ from .helpers import (
     condition,
     delete_namespace,
     deployment,
-    hpa,
     make_namespace,
     render_scaled_object,
     scaled_object,
     spec_replicas,
+    wait_metric_seen,
     wait_replicas,
     wait_running,
 )
@@ -38,11 +38,7 @@ def test_a_killed_agent_holds_the_replicas_then_keda_falls_back(gpus: GpuStack) 
         client.apply(so)
         gpus.set_load(50)  # ceil(2 x 50 / 50) = 2: steady at two replicas
 
-        def metric_seen() -> bool | None:
-            current = hpa(client, ns, "steady").get("status", {}).get("currentMetrics") or []
-            return True if current and current[0].get("external", {}).get("current") else None
-
-        wait_for("the HPA reads the external metric", metric_seen, 60)
+        wait_metric_seen(client, ns, "steady")
         assert spec_replicas(client, ns, "steady") == 2
 
         gpus.kill_agent("gpu-node-1")

@@ -4,11 +4,9 @@ on kwok GPU nodes and attributed by the agents; load down, back down after the s
 
 from __future__ import annotations
 
-from gpuscale.controlplane.client import wait_for
 from gpuscale.controlplane.stack import GpuStack
 
 from .helpers import (
-    attributed_pods,
     condition,
     delete_namespace,
     deployment,
@@ -17,6 +15,7 @@ from .helpers import (
     make_namespace,
     render_scaled_object,
     scaled_object,
+    wait_attributed,
     wait_replicas,
     wait_running,
 )
@@ -44,11 +43,7 @@ def test_external_trigger_scales_a_deployment_up_and_back_down(gpus: GpuStack) -
         assert {p["spec"]["nodeName"] for p in pods} <= {"gpu-node-1", "gpu-node-2"}
         names = {(ns, p["metadata"]["name"]) for p in pods}
 
-        def all_attributed() -> set[tuple[str, str]] | None:
-            seen = attributed_pods([a.metrics_url for a in gpus.agents.values()])
-            return seen if names <= seen else None
-
-        wait_for("the agents attribute a GPU to every pod", all_attributed, 30)
+        wait_attributed([a.metrics_url for a in gpus.agents.values()], names)
         so_now = scaled_object(client, ns, "llm")
         assert condition(so_now, "Ready") == "True", so_now["status"]
         assert condition(so_now, "Active") == "True", so_now["status"]

@@ -9,17 +9,17 @@ from gpuscale.controlplane.client import KubeClient, wait_for
 from gpuscale.controlplane.stack import GpuStack
 
 from .helpers import (
-    attributed_pods,
     condition,
     delete_namespace,
     deployment,
     fast_scale_down,
-    hpa,
     make_namespace,
     render_scaled_object,
     scaled_object,
     sleep_watching,
     spec_replicas,
+    wait_attributed,
+    wait_metric_seen,
     wait_replicas,
     wait_running,
 )
@@ -46,21 +46,13 @@ def test_the_rendered_fallback_holds_six_replicas_while_every_agent_is_gone(gpus
         client.apply(fast_scale_down(so, window_s=5))
         gpus.set_load(50)  # at the target: the HPA keeps whatever runs
 
-        def metric_seen() -> bool | None:
-            current = hpa(client, ns, "llm").get("status", {}).get("currentMetrics") or []
-            return True if current and current[0].get("external", {}).get("current") else None
-
-        wait_for("the HPA reads the external metric", metric_seen, 60)
+        wait_metric_seen(client, ns, "llm")
         gpus.set_load(90)  # ceil(n x 90 / 50): 1 -> 2 -> 4 -> 6, the maximum
         wait_replicas(client, ns, "llm", lambda n: n == 6, 150, what="== 6 at 90 %")
         pods = wait_running(client, ns, "llm", 6, 90)
         names = {(ns, p["metadata"]["name"]) for p in pods}
 
-        def all_attributed() -> set[tuple[str, str]] | None:
-            seen = attributed_pods([a.metrics_url for a in gpus.agents.values()])
-            return seen if names <= seen else None
-
-        wait_for("the agents attribute a GPU to every pod", all_attributed, 30)
+        wait_attributed([a.metrics_url for a in gpus.agents.values()], names)
         gpus.set_load(50)  # at the target: the HPA keeps the 6
         sleep_watching(8, lambda: _at_least(client, ns, 6, "before the agents are killed"))
 
