@@ -160,7 +160,7 @@ async def http_side(port: int, n: int, blocks: int, openmetrics: bool) -> dict[s
 def in_process(text: str, openmetrics: bool, n: int, blocks: int) -> dict[str, Any]:
     """gpuscale's parse + map against prometheus_client's parser + the same map, on the same body."""
     from gpuscale.agent.engines.mapping import detect, map_exposition, selection
-    from gpuscale.agent.engines.parse import parse, reference_parse
+    from gpuscale.exposition import parse, reference_parse
 
     spec = detect(text)[0]
     sel = selection(spec)

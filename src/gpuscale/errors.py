@@ -3,6 +3,7 @@
 Hierarchy::
 
     GpuscaleError
+    ├── ExpositionError     a Prometheus exposition does not parse where gpuscale reads it (``exposition``)
     └── UsageError          bad input the user can fix (flag, file, pattern); the CLI prints it and exits 2
         ├── ListenError     a server cannot listen on the address it was given (in use, not this host's)
         └── UnreadableFile  a file the user named cannot be read, or is not UTF-8 text (``files.read_text``)
@@ -13,11 +14,16 @@ Layers add their own under these: ``gpuscale.backends.errors`` (GPU reads), ``gp
 
 from __future__ import annotations
 
-__all__ = ["GpuscaleError", "ListenError", "UnreadableFile", "UsageError"]
+__all__ = ["ExpositionError", "GpuscaleError", "ListenError", "UnreadableFile", "UsageError"]
 
 
 class GpuscaleError(Exception):
     """Base of every error gpuscale raises on purpose."""
+
+
+class ExpositionError(GpuscaleError):
+    """A body does not parse as the exposition it says it is (one line: what, and where): a line that does
+    not parse, a series given twice, OpenMetrics without its "# EOF"."""
 
 
 class UsageError(GpuscaleError):

@@ -15,8 +15,8 @@ import math
 import pytest
 
 from gpuscale.agent.engines.mapping import ENGINES, detect, map_exposition, selection
-from gpuscale.agent.engines.parse import parse
 from gpuscale.backends.mock_engine import TTFT_BUCKETS, MockEngine, MockEngineConfig
+from gpuscale.exposition import parse
 from gpuscale.model import BucketCounts, EngineSample, ModelSignals
 
 

@@ -15,8 +15,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.registry import Collector
 
-from gpuscale.agent.engines.errors import ExpositionError
-from gpuscale.agent.engines.parse import Exposition, Selection, parse, reference_parse
+from gpuscale.errors import ExpositionError
+from gpuscale.exposition import Exposition, Selection, parse, reference_parse
 
 READ = (
     "vllm:num_requests_waiting",

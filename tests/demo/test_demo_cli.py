@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,10 @@ from pathlib import Path
 import pytest
 
 from gpuscale.cli import build_parser
-from gpuscale.cli.demo import profile_of
+from gpuscale.cli.demo import pattern_of, profile_of, wake_line
+from gpuscale.demo import Wake
+from gpuscale.demo.controller import ReplicaChange
+from gpuscale.demo.run import wake_of
 from gpuscale.scaling.keys import ENGINE_METRICS
 from gpuscale.scaling.profiles import ProfileSet
 
@@ -89,14 +93,21 @@ def test_an_out_that_cannot_be_written_is_one_line_and_exit_2(tmp_path: Path, ou
     assert run.stdout == ""  # refused before anything starts
 
 
+WAKE_LINE = re.compile(r"^  t=\s*([\d.]+)s replicas (\d+) → (\d+): (KEDA|HPA): (.*)$")
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(150)
-def test_demo_by_default_scales_on_the_mock_engines_queue(tmp_path: Path) -> None:
-    """The default, ``llm-serving``: each pod runs a mock vLLM engine; the real agents discover (annotation,
-    pod IP), scrape and parse it, and the scaler's queue_length answer drives the replicas."""
+def test_demo_by_default_wakes_from_zero_at_the_gateways_demand_and_scales_on_the_engines_queue(
+    tmp_path: Path,
+) -> None:
+    """The default, ``llm-serving`` behind the stand-in gateway: the workload starts at zero; the scaler reads
+    the gateway as its request path, so KEDA's activation (0 → 1) is followed by the HPA's scale-up to the
+    replicas the demand needs, decided by the request path; once pods are Ready, each runs a mock vLLM engine
+    that the real agents discover (annotation, pod IP), scrape and parse, and the queue drives the replicas."""
     out = tmp_path / "out"
     run = subprocess.run(
-        [sys.executable, "-m", "gpuscale", "demo", "--duration", "30", "--out", str(out)],
+        [sys.executable, "-m", "gpuscale", "demo", "--duration", "40", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=140,
@@ -104,31 +115,52 @@ def test_demo_by_default_scales_on_the_mock_engines_queue(tmp_path: Path) -> Non
         cwd=tmp_path,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "profile llm-serving" in run.stdout.splitlines()[0]
-    (engines,) = [line for line in run.stdout.splitlines() if line.startswith("engines:")]
+    lines = run.stdout.splitlines()
+    assert "the wake pattern, profile llm-serving" in lines[0]
+    (engines,) = [line for line in lines if line.startswith("engines:")]
     scrapes = int(engines.split("engines ", 1)[1].split(" times", 1)[0])
     assert scrapes >= 30, engines  # gpuscale_agent_engine_scrapes_total{result="ok"}: 0.5 s rounds
+
+    # the wake, as printed: KEDA's activation, then the HPA to what the request path asks
+    changes = [m.groups() for line in lines if (m := WAKE_LINE.match(line))]
+    assert changes[0][1:4] == ("0", "1", "KEDA"), changes
+    assert "request path" in changes[0][4] and "held at the gateway" in changes[0][4], changes
+    _, old, new, by, why = changes[1]
+    assert (old, by) == ("1", "HPA") and int(new) > 1, changes
+    assert f"the scaler asked for {new} (request path " in why, changes
+    assert "req/s ÷ replicaRate 10 req/s)" in why, changes
+    (wake,) = [line for line in lines if line.startswith("wake:")]
+    assert f"KEDA 0 → 1 at {float(changes[0][0]):.1f} s" in wake and f"the HPA 1 → {new} at " in wake, wake
+    (gateway,) = [line for line in lines if line.startswith("gateway:")]
+    assert "none timed out" in gateway, gateway
 
     with (out / "timeline.csv").open() as f:
         rows = list(csv.DictReader(f))
     desired = [int(r["replicas_desired"]) for r in rows]
     phases = [r["phase"] for r in rows]
     queue = [float(r["queue_waiting"]) for r in rows]
-    before = desired[phases.index("burst")]
-    assert max(queue) > 5 * before  # the burst outran the Ready replicas: the engines' queue grew
-    assert max(desired) > before, desired  # and the replicas followed it
+    held = [float(r["gateway_held"]) for r in rows]
+    assert (desired[0], phases[0]) == (0, "idle")
+    first_up = next(r for r in rows if int(r["replicas_desired"]) > 1)
+    assert first_up["scaler_decided"].startswith("request path "), first_up  # decided by the gateway's demand
+    assert float(first_up["path_demand_rps"]) > 10.0, first_up  # more than one replica's 10 req/s
+    assert max(held) > 0  # requests waited at the gateway while no pod was Ready
+    assert max(queue) > 0.5 * max(held)  # and went on to the first Ready pod's engine
+    assert held[-1] == 0 and desired[-1] >= 1
     # The scaler's value is the queue as the agents read it: near the engines' own count (the demo samples
-    # both once a second; the agents scrape every 0.5 s and the trigger's window is 2 s).
-    read = [(float(r["scaler_value"]), q) for r, q in zip(rows, queue, strict=True) if r["scaler_value"]]
+    # both once a second; the agents scrape every 0.5 s and the trigger's window is 2 s). scaleAhead (the
+    # profile's) adds at most the present value: never more than twice the queue.
+    read = [(float(r["scaler_value"]), r["scaler_decided"]) for r in rows if r["scaler_value"]]
     assert any(v > 0 for v, _ in read)
-    # scaleAhead (the profile's) adds at most the present value: never more than twice the queue
-    assert all(v <= 2 * max(queue) + 1 for v, _ in read)
+    assert all(v <= 2 * max(queue) + 1 for v, d in read if not d.startswith("request path")), read
     # how the scaler decided, from its /explain: the plain value, or one of the decisions it knows
     decided = {r["scaler_decided"] for r in rows}
-    assert all(d == "" or d.startswith("ahead ") or d in {"KV-cache guard", "N-1 guard", "all pods loading"}
+    assert all(d == "" or d.startswith(("ahead ", "request path ")) or d in {"KV-cache guard", "N-1 guard", "all pods loading"}
                for d in decided), decided  # fmt: skip
-    if decided - {""}:
-        assert any(line.startswith("decided:") for line in run.stdout.splitlines())
+    (said,) = [line for line in lines if line.startswith("decided:")]
+    assert "request path" in said, said
+    scaler_log = (out / "logs" / "scaler.log").read_text()
+    assert "Traceback" not in scaler_log, scaler_log
 
 
 @pytest.mark.parametrize(
@@ -144,6 +176,35 @@ def test_the_demo_runs_the_llm_case_unless_told_otherwise(argv: list[str], profi
     assert profile_of(build_parser(argv).parse_args(argv)) == profile
     engines = ProfileSet.builtin()[profile].metric in ENGINE_METRICS
     assert engines == (profile == "llm-serving")
+
+
+@pytest.mark.parametrize(
+    ("argv", "pattern"),
+    [
+        (["demo"], "wake"),  # at zero behind the gateway: it starts idle, so the wake is seen
+        (["demo", "--pattern", "burst"], "burst"),
+        (["demo", "--profile", "online-inference"], "burst"),  # one replica under a low load
+        (["demo", "--control-plane", "real"], "burst"),
+    ],
+)
+def test_the_default_pattern_starts_idle_where_the_workload_starts_at_zero(
+    argv: list[str], pattern: str
+) -> None:
+    args = build_parser(argv).parse_args(argv)
+    assert pattern_of(args, profile_of(args)) == pattern
+
+
+def test_the_wake_in_one_line() -> None:
+    activated = ReplicaChange(6.8, 0, 1, "KEDA", "StreamIsActive true", "request path 8.3 req/s", 8.3)
+    scaled = ReplicaChange(11.0, 1, 5, "HPA", "metric above target", "request path 45.6 req/s", 45.6, 5)
+    changes = [activated, scaled, ReplicaChange(16.0, 5, 6, "HPA", "metric above target")]
+    wake = wake_of(6.0, changes, 10.8)
+    assert wake == Wake(first_request=6.0, activated=activated, scaled=scaled, first_ready=10.8)
+    assert wake_line(wake) == (
+        "the first request at 6.0 s; KEDA 0 → 1 at 6.8 s (StreamIsActive true); the HPA 1 → 5 at 11.0 s, "
+        "asked for on request path 45.6 req/s; the first pod Ready at 10.8 s, 4.8 s after the first request"
+    )
+    assert wake_of(None, changes, 10.8) is None  # nothing arrived: no wake
 
 
 def test_an_engine_profile_on_the_real_control_plane_is_one_line_and_exit_2(tmp_path: Path) -> None:

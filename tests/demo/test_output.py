@@ -3,12 +3,13 @@ and that matplotlib's first-use notice stays out of the demo's output."""
 
 from __future__ import annotations
 
+import csv
 import logging
 from pathlib import Path
 
 import pytest
 
-from gpuscale.demo.output import Row, plot_timeline, timeline_figure
+from gpuscale.demo.output import Row, decision_kind, plot_timeline, timeline_figure, write_timeline
 
 pytest.importorskip("matplotlib")
 
@@ -86,3 +87,79 @@ def test_the_font_cache_notice_is_held_back_and_other_warnings_are_not(
         font_manager.warning("Matplotlib is building the font cache; this may take a moment.")
         font_manager.warning("findfont: Font family 'Nope' not found.")
     assert [r.getMessage() for r in caplog.records] == ["findfont: Font family 'Nope' not found."]
+
+
+def wake_rows() -> list[Row]:
+    """A wake behind the gateway: idle at zero, then requests held while the first pods load, the HPA's
+    scale-up decided by the request path, then the engines' queue."""
+    rows = []
+    for t in range(20):
+        burst = t >= 4
+        held = 42.0 * (t - 4) if 4 <= t < 9 else 0.0
+        desired = 0 if t < 5 else (1 if t < 7 else 5)
+        ready = 0 if t < 9 else 5
+        rows.append(
+            Row(
+                t=float(t),
+                phase="burst" if burst else "idle",
+                demand=42.0 if burst else 0.0,
+                capacity=10.0 * ready,
+                desired=desired,
+                pods=desired,
+                ready=ready,
+                value=25.0 if 5 <= t < 9 else 0.0,
+                target=5.0,
+                active=burst,
+                stream_active=burst,
+                gpu_util=(0.0, 0.0),
+                queue=150.0 if t == 9 else 0.0,
+                decided="request path 42.8 req/s" if 5 <= t < 9 else "",
+                held=held,
+                path_demand=42.8 if burst else 0.0,
+            )
+        )
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("decided", "kind"),
+    [
+        ("ahead 4 s", "ahead"),
+        ("request path 42.8 req/s", "request path"),
+        ("capacity 0.50 req/s", "capacity"),
+        ("KV-cache guard", "KV-cache guard"),
+        ("all pods loading", "all pods loading"),
+    ],
+)
+def test_a_decision_with_its_figure_is_of_its_kind(decided: str, kind: str) -> None:
+    assert decision_kind(decided) == kind
+
+
+def test_the_timeline_says_what_the_gateway_held_and_the_request_paths_demand(tmp_path: Path) -> None:
+    path = tmp_path / "timeline.csv"
+    write_timeline(wake_rows(), LABELS, path)
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["gateway_held"], r["path_demand_rps"], r["scaler_decided"]) for r in rows[4:7]] == [
+        ("0.000", "42.800", ""),
+        ("42.000", "42.800", "request path 42.8 req/s"),
+        ("84.000", "42.800", "request path 42.8 req/s"),
+    ]
+    no_gateway = tmp_path / "plain.csv"
+    write_timeline(burst_rows(), LABELS, no_gateway)
+    with no_gateway.open() as f:
+        assert {r["gateway_held"] for r in csv.DictReader(f)} == {""}  # GPU profiles: no gateway
+
+
+def test_the_plot_shows_the_held_requests_and_marks_the_answers_the_request_path_decided() -> None:
+    fig = timeline_figure(wake_rows(), LABELS, "demo")
+    lines = {str(line.get_label()): list(line.get_ydata()) for ax in fig.axes for line in ax.get_lines()}
+    (held,) = [values for label, values in lines.items() if label.startswith("held at the gateway")]
+    assert max(held) == 168.0
+    marks = {
+        str(c.get_label()).split(":")[0]: sorted(float(x) for x, _ in c.get_offsets())
+        for ax in fig.axes
+        for c in ax.collections
+        if str(c.get_label()).startswith("request path")
+    }
+    assert marks == {"request path": [5.0, 6.0, 7.0, 8.0]}

@@ -93,7 +93,7 @@ def test_demand_files_list_every_gpu_with_the_pods_process() -> None:
     assert set(docs) == {"node-a", "node-b", "node-c"}
 
 
-@pytest.mark.parametrize("name", ["burst", "ramp", "sine", "spike"])
+@pytest.mark.parametrize("name", ["burst", "ramp", "sine", "spike", "wake"])
 def test_patterns_rise_and_fall_within_the_duration(name: str) -> None:
     p = make_pattern(name, 60.0, 10.0)
     values = [p.at(t)[0] for t in range(60)]
@@ -103,6 +103,15 @@ def test_patterns_rise_and_fall_within_the_duration(name: str) -> None:
     assert values[-1] < peak / 2
     assert min(values) >= 0.0
     assert (min(values) == 0.0) == p.idles
+
+
+def test_the_wake_pattern_starts_idle_then_bursts() -> None:
+    """The default with an engine profile: the workload is at zero, then the burst wakes it."""
+    p = make_pattern("wake", 60.0, 10.0)
+    assert [p.at(t) for t in (0.0, 5.9, 6.0, 26.9, 27.0, 59.0)] == [
+        (0.0, "idle"), (0.0, "idle"), (42.0, "burst"), (42.0, "burst"), (8.0, "after the burst"),
+        (8.0, "after the burst"),
+    ]  # fmt: skip
 
 
 async def test_the_demo_pods_say_when_they_were_created_and_became_ready(tmp_path: Path) -> None:

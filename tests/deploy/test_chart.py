@@ -201,6 +201,9 @@ def test_rbac_is_least_privilege(rendered: dict[str, dict[str, str]]) -> None:
         {"apiGroups": ["keda.sh"], "resources": ["scaledobjects"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["*"], "resources": ["*/scale"], "verbs": ["get"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        # a trigger's requestPath: its Service and the Service's ready endpoints
+        {"apiGroups": [""], "resources": ["services"], "verbs": ["get"]},
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
     ]
     assert not [o for o in objs if o["kind"] in ("Role", "RoleBinding")]
     for name in ("gpuscale-agent", "gpuscale-scaler"):
@@ -236,6 +239,11 @@ def test_scaler_deployment(rendered: dict[str, dict[str, str]]) -> None:
         "template"
     ]["spec"]["containers"]
     assert "--ingest-workers=2" in worker["args"]
+    assert "--request-path-interval=1" in c["args"]
+    assert not [a for a in c["args"] if a.startswith("--request-path-namespaces")]
+    values = {"scaler": {"requestPathNamespaces": ["ai", "gateways"], "requestPathInterval": 0.5}}
+    (paths,) = find(objects(render_chart(values)), "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert {"--request-path-namespaces=ai,gateways", "--request-path-interval=0.5"} <= set(paths["args"])
     assert c["securityContext"]["readOnlyRootFilesystem"] is True and pod["securityContext"]["runAsNonRoot"]
     # Off GPU nodes: one term, every GPU label excluded (ANDed).
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
@@ -546,6 +554,9 @@ BAD_VALUES = [
         "/scaler/podDisruptionBudget/maxUnavailable",
     ),
     ({"scaler": {"ingestWorkers": -1}}, "/scaler/ingestWorkers"),
+    ({"scaler": {"requestPathNamespaces": ["Bad_NS"]}}, "/scaler/requestPathNamespaces/0"),
+    ({"scaler": {"requestPathNamespaces": "ai,gateways"}}, "/scaler/requestPathNamespaces"),
+    ({"scaler": {"requestPathInterval": 0}}, "/scaler/requestPathInterval"),
     ({"scaler": {"tls": {"enabled": True}}}, "/scaler/tls/secretName"),
     ({"agent": {"tls": {"enabled": True}}}, "/agent/tls/secretName"),
     ({"scaler": {"profiles": {"Bad_Name": {}}}}, "/scaler/profiles"),

@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+import ipaddress
+import shutil
+import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
+from types import TracebackType
 from typing import Any
 
 import yaml
@@ -114,13 +119,17 @@ def wait_replicas(
     *,
     what: str = "",
     history: list[int] | None = None,
+    timeline: list[tuple[float, int]] | None = None,
 ) -> int:
-    """Poll ``spec.replicas`` until ``ok(replicas)``; every value seen is appended to ``history``."""
+    """Poll ``spec.replicas`` until ``ok(replicas)``; every value seen is appended to ``history``, and with
+    the ``time.monotonic()`` it was first seen at to ``timeline``."""
 
     def probe() -> int | None:
         n = spec_replicas(client, namespace, name)
         if history is not None and (not history or history[-1] != n):
             history.append(n)
+        if timeline is not None and (not timeline or timeline[-1][1] != n):
+            timeline.append((time.monotonic(), n))
         return n if ok(n) else None
 
     try:
@@ -215,3 +224,117 @@ def wait_attributed(metrics_urls: Sequence[str], pods: set[tuple[str, str]], tim
         return seen if pods <= seen else None
 
     wait_for("the agents attribute a GPU to every pod", all_attributed, timeout)
+
+
+def host_ipv4() -> str | None:
+    """An IPv4 address of this host that the API server takes in an EndpointSlice (it refuses loopback,
+    link-local and multicast ones), or ``None`` when the host has none. Tried in turn: the source address of
+    the default route (a UDP ``connect`` sends nothing), the host name's addresses, ``ip -4 addr``."""
+    seen: list[str] = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # TEST-NET-1: routed by the default route, never answered
+            seen.append(s.getsockname()[0])
+        except OSError:
+            pass  # no route: look further
+    for name in {socket.gethostname(), socket.getfqdn()}:
+        try:
+            seen += [str(a[4][0]) for a in socket.getaddrinfo(name, None, socket.AF_INET)]
+        except OSError:
+            pass
+    if shutil.which("ip"):
+        out = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, check=False)
+        seen += [f.split("/")[0] for line in out.stdout.splitlines() for f in line.split()[3:4]]
+    for text in seen:
+        try:
+            ip = ipaddress.IPv4Address(text)
+        except ValueError:
+            continue
+        if not (ip.is_loopback or ip.is_link_local or ip.is_multicast or ip.is_unspecified):
+            return text
+    return None
+
+
+def selectorless_service(
+    client: KubeClient, namespace: str, name: str, port: tuple[str, int], address: str, target_port: int
+) -> None:
+    """Service ``name`` without a selector, its port ``port`` (name, number), and the EndpointSlice that
+    leads it to ``address:target_port``, Ready, as one written for an endpoint outside the cluster."""
+    port_name, number = port
+    client.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"ports": [{"name": port_name, "port": number, "targetPort": target_port}]},
+        }
+    )
+    client.apply(
+        {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": f"{name}-1",
+                "namespace": namespace,
+                "labels": {
+                    "kubernetes.io/service-name": name,
+                    # not the EndpointSlice controller's: it leaves a slice another manager owns alone
+                    "endpointslice.kubernetes.io/managed-by": "e2e.gpuscale.io",
+                },
+            },
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+            "ports": [{"name": port_name, "port": target_port, "protocol": "TCP"}],
+        }
+    )
+
+
+class ModelLoading:
+    """Holds the pods of ``app`` not Ready, as a model server is while it loads its model (minutes): kwok
+    makes a pod Ready the moment it is scheduled, with no engine behind it. In a background thread, every
+    ``interval`` s, each Running pod that kwok made Ready is set back to Ready False (reason ``ModelLoading``)
+    through its status; kwok's stages act on Pending pods only, so it stays so. ``loading``: the pods set
+    back. A context manager."""
+
+    def __init__(self, client: KubeClient, namespace: str, app: str, interval: float = 0.1) -> None:
+        self.client, self.namespace, self.app, self.interval = client, namespace, app, interval
+        self.loading: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"model loading {namespace}/{app}", daemon=True
+        )
+
+    def __enter__(self) -> ModelLoading:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                for pod in running_pods(self.client, self.namespace, self.app):
+                    if condition(pod, "Ready") == "True":
+                        self._hold(pod)
+            except Exception:  # the API busy, or a pod gone meanwhile: the next round sees
+                continue
+
+    def _hold(self, pod: Json) -> None:
+        name = pod["metadata"]["name"]
+        status = pod["status"]
+        conditions = [
+            c | {"status": "False", "reason": "ModelLoading"}
+            if c["type"] in ("Ready", "ContainersReady")
+            else c
+            for c in status.get("conditions", [])
+        ]
+        containers = [c | {"ready": False} for c in status.get("containerStatuses", [])]
+        self.client.merge_patch(
+            f"/api/v1/namespaces/{self.namespace}/pods/{name}/status",
+            {"status": {"conditions": conditions, "containerStatuses": containers}},
+        )
+        self.loading.add(name)

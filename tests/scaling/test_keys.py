@@ -40,7 +40,7 @@ def test_profiles_set_exactly_the_keys_the_table_allows() -> None:
     with pytest.raises(ProfileError) as info:
         parse_profiles({"profiles": {"p": {"podSelector": "app=x"}}})
     assert (
-        "known fields are [activationValue, aggregation, description, engineDemand, extends, kvCacheGuard, maxMissingPercent, metric, scaleAhead, scope, share"
+        "known fields are [activationValue, aggregation, description, engineDemand, extends, kvCacheGuard, maxMissingPercent, metric, replicaRate, requestPathDrainSeconds, scaleAhead, scope, share"
         in str(info.value)
     )
 

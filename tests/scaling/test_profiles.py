@@ -109,7 +109,7 @@ profiles:
                 'profile "a" field "window": value "-1" must be at least 0',
                 'profile "a" field "staleAfter": value "inf" must be a finite number',
                 'profile "a" field "colour": not known; known fields are [activationValue, aggregation, '
-                "description, engineDemand, extends, kvCacheGuard, maxMissingPercent, metric, scaleAhead, scope, share, staleAfter, targetValue, window]",
+                "description, engineDemand, extends, kvCacheGuard, maxMissingPercent, metric, replicaRate, requestPathDrainSeconds, scaleAhead, scope, share, staleAfter, targetValue, window]",
             ),
         ),
         (

@@ -18,7 +18,7 @@ from gpuscale.scaling import (
 )
 
 KEYS = (
-    "[activationValue, aggregation, engineDemand, kvCacheGuard, maxMissingPercent, metric, model, namespace, nodeSelector, podSelector, profile, scaleAhead, scope, share, "
+    "[activationValue, aggregation, engineDemand, kvCacheGuard, maxMissingPercent, metric, model, namespace, nodeSelector, podSelector, profile, replicaRate, requestPath, requestPathDrainSeconds, requestPathFormat, requestPathMatch, scaleAhead, scope, share, "
     "staleAfter, targetValue, window]"
 )
 AGGREGATIONS = "[avg, max, min, p50, p90, p95, p99, sum]"

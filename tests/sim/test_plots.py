@@ -21,7 +21,11 @@ SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 
 def _scenario(name: str) -> Any:
-    return parse_scenario((SCENARIOS / f"{name}.yaml").read_text(encoding="utf-8"), source=name)
+    return parse_scenario(
+        (SCENARIOS / f"{name}.yaml").read_text(encoding="utf-8"),
+        source=name,
+        read_text=lambda f: (SCENARIOS / f).read_text(encoding="utf-8"),  # azure-conv's trace
+    )
 
 
 def _set_policies() -> list[str]:

@@ -279,7 +279,8 @@ def test_the_trigger_is_the_scalers_parse_of_the_metadata() -> None:
             '{scalerAddress: a, targetValue: "70", aggregation: mean, windw: "5"}',
             'policies[0].scaledObject.spec.triggers[0].metadata: parameter "windw" is not known (did you mean '
             '"window"?); known parameters are [activationValue, aggregation, engineDemand, kvCacheGuard, maxMissingPercent, metric, model, namespace, nodeSelector, '
-            "podSelector, profile, scaleAhead, scope, share, staleAfter, targetValue, window]\n"
+            "podSelector, profile, replicaRate, requestPath, requestPathDrainSeconds, requestPathFormat, "
+            "requestPathMatch, scaleAhead, scope, share, staleAfter, targetValue, window]\n"
             'policies[0].scaledObject.spec.triggers[0].metadata: parameter "aggregation" value "mean" must be '
             "one of [avg, max, min, p50, p90, p95, p99, sum]",
         ),

@@ -27,7 +27,12 @@ def cli(*argv: str) -> int:
 
 
 def load(name: str) -> object:
-    return parse_scenario((SCENARIOS / name).read_text(encoding="utf-8"), source=name)
+    """A shipped scenario, with the files it names (azure-conv's trace) read beside it, as the CLI does."""
+    return parse_scenario(
+        (SCENARIOS / name).read_text(encoding="utf-8"),
+        source=name,
+        read_text=lambda f: (SCENARIOS / f).read_text(encoding="utf-8"),
+    )
 
 
 @pytest.mark.parametrize(
@@ -63,7 +68,7 @@ def test_every_shipped_scenario_parses() -> None:
         load(name)
 
 
-@pytest.mark.timeout(90)  # six simulated hours of eight policies: about 20 s of CPU here
+@pytest.mark.timeout(120)  # six simulated hours of nine policies: about 30 s of CPU on 2 cores
 def test_diurnal_day_runs(tmp_path: Path) -> None:
     scenario = parse_scenario((SCENARIOS / "diurnal-day.yaml").read_text())
     short = dataclasses.replace(scenario, duration_seconds=6 * 3600)  # the first 6 hours keep the test fast
@@ -77,6 +82,7 @@ def test_diurnal_day_runs(tmp_path: Path) -> None:
         "gpuscale-engine",
         "gpuscale-engine-ahead",
         "gpuscale-llm-serving",
+        "gpuscale-engine-gateway",
         "oracle",
     ]
     # the night: every utilization policy, the demand policies and the oracle serve it
@@ -86,6 +92,7 @@ def test_diurnal_day_runs(tmp_path: Path) -> None:
         "gpuscale-gpu-behavior",
         "gpuscale-engine",
         "gpuscale-engine-ahead",
+        "gpuscale-engine-gateway",
     )
     for name in (*names, "oracle"):
         assert by[name].share_of_demand_unserved < 0.01, name

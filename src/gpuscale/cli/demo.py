@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from .. import plotting
-from ..demo import PATTERNS, DemoError, DemoSettings, run_demo
+from ..demo import PATTERNS, DemoError, DemoSettings, Wake, run_demo
 from ..errors import UsageError
 from ..scaling.keys import ENGINE_METRICS
 from ..scaling.profiles import BUILTIN_PROFILES, ProfileSet
@@ -19,6 +19,10 @@ __all__ = ["register"]
 DURATION_S = (15.0, 86400.0)  # the HPA's first decisions need 15 s of pattern; a day is a soak, not a demo
 PROFILE = "llm-serving"  # the LLM case, on the pods' mock vLLM engines (docs/decisions.md)
 REAL_PROFILE = "online-inference"  # the real control plane's pods run no engines: a GPU profile
+# with an engine profile the workload starts at zero behind the stand-in gateway: the pattern starts idle, so
+# the wake is seen; a GPU profile starts at one replica under a low load
+WAKE_PATTERN = "wake"
+PATTERN = "burst"
 
 
 def profile_of(args: argparse.Namespace) -> str:
@@ -29,6 +33,16 @@ def profile_of(args: argparse.Namespace) -> str:
     return REAL_PROFILE if args.control_plane == "real" else PROFILE
 
 
+def pattern_of(args: argparse.Namespace, profile: str) -> str:
+    """The pattern the demo runs: ``--pattern``, else ``wake`` where the workload starts at zero behind the
+    gateway (an engine profile on the stand-in control plane), ``burst`` elsewhere."""
+    given: str | None = args.pattern
+    if given is not None:
+        return given
+    engines = ProfileSet.builtin()[profile].metric in ENGINE_METRICS
+    return WAKE_PATTERN if engines and args.control_plane != "real" else PATTERN
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     profiles = sorted(p.name for p in BUILTIN_PROFILES)
     p = subparsers.add_parser(
@@ -36,8 +50,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run the whole loop locally: mock GPUs, agents, the scaler, KEDA + HPA; no GPU or cluster",
         description="Run the whole loop on this machine: a local Kubernetes API and kubelets, three mock "
         "GPU nodes with their agents, the cluster scaler, and a controller doing what KEDA and the HPA do. "
-        "A demand pattern loads the GPUs; the replicas follow. Writes timeline.csv and demo.png to --out. "
-        "No GPU, cluster or network needed.",
+        "A demand pattern loads the GPUs; the replicas follow. With an engine profile (the default) the "
+        "workload starts at zero behind a stand-in gateway, which the scaler reads as its request path, so "
+        "the first requests wake it at the replicas their demand needs. Writes timeline.csv and demo.png to "
+        "--out. No GPU, cluster or network needed.",
     )
     p.add_argument(
         "--duration",
@@ -47,10 +63,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument(
         "--pattern",
-        default="burst",
+        default=None,
         choices=PATTERNS,
-        help="the demand: burst (low, burst, low; default), ramp (up and down), sine, spike (idle, so the "
-        "workload scales to zero, then a spike)",
+        help=f"the demand: {WAKE_PATTERN} (idle, so the workload is at zero, then a burst, then low; the "
+        f"default with an engine profile), {PATTERN} (low, burst, low; the default otherwise), ramp (up and "
+        "down), sine, spike (idle, so the workload scales to zero, then a spike)",
     )
     p.add_argument(
         "--profile",
@@ -102,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
             f'--duration "{args.duration:g}" must be from {DURATION_S[0]:g} to {DURATION_S[1]:g} seconds'
         )
     args.profile = profile_of(args)
+    args.pattern = pattern_of(args, args.profile)
     if args.control_plane == "real":
         metric = ProfileSet.builtin()[args.profile].metric
         if metric in ENGINE_METRICS:
@@ -146,6 +164,15 @@ def run(args: argparse.Namespace) -> int:
             f"engines:  the agents read the pods' mock vLLM engines {result.engine_scrapes_ok} times "
             f'(gpuscale_agent_engine_scrapes_total{{result="ok"}}); at most {peak_queue:.0f} requests waiting'
         )
+    if result.wake is not None:
+        print(f"wake:     {wake_line(result.wake)}")
+    if result.gateway is not None:
+        g = result.gateway
+        timed_out = f"{g.timed_out:.0f} timed out" if g.timed_out >= 0.5 else "none timed out"
+        print(
+            f"gateway:  {g.arrived:.0f} requests; held at most {g.max_held:.0f} while no pod was Ready (the "
+            f"longest wait {g.longest_wait:.1f} s), {timed_out}; the scaler read it as requestPath"
+        )
     if result.decisions:
         said = ", ".join(f"{kind} {n} times" for kind, n in sorted(result.decisions.items()))
         print(f"decided:  of the scaler's answers to the controller's calls: {said} (docs/decisions.md)")
@@ -153,6 +180,26 @@ def run(args: argparse.Namespace) -> int:
     print(f"plot:     {result.plot}" if result.plot is not None else f"plot:     none ({plotting.MISSING})")
     print(f"logs:     {result.logs}")
     return 0
+
+
+def wake_line(wake: Wake) -> str:
+    """The wake, in one line: the first request, KEDA's activation, the HPA's scale-up to what the scaler
+    asked (and how it decided), the first Ready pod."""
+    parts = [f"the first request at {wake.first_request:.1f} s"]
+    a = wake.activated
+    if a is None:
+        return parts[0] + "; no activation within the run"
+    parts.append(f"KEDA {a.old} → {a.new} at {a.t:.1f} s ({a.why})")
+    s = wake.scaled
+    if s is not None:
+        how = f", asked for on {s.decided}" if s.decided else ""
+        parts.append(f"the HPA {s.old} → {s.new} at {s.t:.1f} s{how}")
+    if wake.first_ready is not None:
+        parts.append(
+            f"the first pod Ready at {wake.first_ready:.1f} s, "
+            f"{wake.first_ready - wake.first_request:.1f} s after the first request"
+        )
+    return "; ".join(parts)
 
 
 def _run_real(args: argparse.Namespace) -> int:

@@ -270,6 +270,13 @@ def _print_explain(e: dict[str, Any]) -> None:
             if cold is None
             else f"  cold start: {cold:g} s (scheduled to Ready, the median of its last pods)"
         )
+    if "replicaCapacity" in e:
+        rate = e["replicaCapacity"]
+        print(
+            "  a replica serves: not learned yet (no Ready pod had requests waiting through a window)"
+            if rate is None
+            else f"  a replica serves: {rate:.3g} requests/s (learned while requests waited on it)"
+        )
     for g in e.get("gpus", []):
         age = g.get("newestSampleAge")
         gpu = f"GPU {g['uuid']}" + (f" of {g['pod']}" if g.get("pod") else "")  # pool scope: no pod
@@ -282,6 +289,7 @@ def _print_explain(e: dict[str, Any]) -> None:
             f"  engine of {x['pod']}: {x['readings']} readings"
             + (f", missing: {x['missing']}" if x["missing"] else "")
         )
+    _print_request_path(e.get("requestPath"))
     if "answer" in e:
         a = e["answer"]
         missing = f", {a['missingPods']} missing: {', '.join(a['missingWhere'])}" if a["missingPods"] else ""
@@ -299,6 +307,30 @@ def _print_explain(e: dict[str, Any]) -> None:
         print(f"  answer: value {a['value']:g} ({how}), {'active' if a['active'] else 'inactive'}")
     if "error" in e:
         print(f"  answer: {e['error']['code']}: {e['error']['message']}")
+
+
+def _print_request_path(rp: dict[str, Any] | None) -> None:
+    """The ``requestPath`` entry of an explanation: the source, its endpoints, the newest reading, why it is
+    missing."""
+    if not rp:
+        return
+    if "error" in rp:
+        print(f"  request path: {rp['error']['code']}: {rp['error']['message']}")
+        return
+    endpoints = ", ".join(rp.get("endpoints") or []) or "none ready"
+    print(f"  request path {rp['source']}: endpoints {endpoints}")
+    if rp.get("lastReadingAge") is not None:
+
+        def shown(v: object, unit: str = "") -> str:
+            return "-" if not isinstance(v, int | float) else f"{v:g}{unit}"
+
+        age, arrived, held = rp["lastReadingAge"], rp.get("arrived"), rp.get("held")
+        print(
+            f"    newest reading {shown(age, ' s')} old: arrived {shown(arrived)}, held {shown(held)}; "
+            f"rate {shown(rp.get('rate'), ' req/s')}, demand {shown(rp.get('demand'), ' req/s')}"
+        )
+    if rp.get("missing"):
+        print(f"    missing (not counted, never as 0): {rp['missing']}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -22,6 +22,8 @@ from ..render import (
     render_hpa,
     render_scaledobject,
 )
+from ..render.behavior import SCALE_DOWN_S, SCALE_UP
+from ..scaling.keys import REQUEST_PATH_FORMATS
 from ..scaling.profiles import AGGREGATIONS, BUILTIN_PROFILES, METRICS, SCOPES, SHARES
 from ._options import profiles_from_option
 
@@ -67,8 +69,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--scale-down-stabilization",
         type=_int,
-        default=300,
-        help="HPA scale-down window, seconds (default 300)",
+        help="HPA scale-down window, seconds: the largest count asked for within it is kept, then 1 pod "
+        f"per 60 s goes (default {SCALE_DOWN_S})",
     )
     p.add_argument(
         "--exported-labels",
@@ -123,6 +125,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     so.add_argument(
         "--cooldown-period", type=_int, default=300, help="seconds before scaling to zero (default 300)"
     )
+    so.add_argument(
+        "--scale-up",
+        metavar="{default,fast}",
+        help=f"{', '.join(SCALE_UP)}: fast reaches the count the trigger asks for in one HPA sync (+900 %% "
+        "or +max-replicas pods per 15 s); default leaves the HPA's, the larger of +100 %% and +4 pods per "
+        "15 s (default: fast for an engine metric, --queue-target or --request-path, else default)",
+    )
+    _request_path_options(so)
     so.add_argument(
         "--queue-target",
         help="external: a second trigger on the engine's waiting requests (metric queue_length), this many "
@@ -201,7 +211,47 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="instead of the values: the adapter's whole config as the ConfigMap NAME, with the manifests "
         "(applying it replaces every rule the adapter had; e.g. prometheus-adapter)",
     )
+    _request_path_options(hpa, hidden=True)  # only to say where they belong
     hpa.set_defaults(func=run_hpa)
+
+
+def _request_path_options(p: argparse.ArgumentParser, *, hidden: bool = False) -> None:
+    """The request path in front of the workload: trigger metadata for the gpuscale scaler."""
+
+    def helps(text: str) -> str:
+        return argparse.SUPPRESS if hidden else text
+
+    p.add_argument(
+        "--request-path",
+        metavar="SERVICE:PORT[/PATH]",
+        help=helps(
+            "external: the Service of the gateway, router or ingress in front of the workload, in its "
+            "namespace, whose metrics (default path /metrics) the scaler reads: it sees the demand at zero "
+            "replicas and wakes the workload (requestPath; needs --request-path-format)"
+        ),
+    )
+    p.add_argument(
+        "--request-path-format",
+        metavar="FORMAT",
+        help=helps(f"what serves --request-path: {', '.join(REQUEST_PATH_FORMATS)} (requestPathFormat)"),
+    )
+    p.add_argument(
+        "--request-path-match",
+        metavar="VALUE",
+        help=helps(
+            "the value of the format's workload label whose series count (EPP: the InferencePool; Envoy: "
+            "the cluster; ingress-nginx: the ingress; keda-http: the host; vllm-router: the model) "
+            "(requestPathMatch; default every series)"
+        ),
+    )
+    p.add_argument(
+        "--replica-rate",
+        metavar="N",
+        help=helps(
+            "requests per second one replica is to serve: the request path's demand is divided by it "
+            "(replicaRate)"
+        ),
+    )
 
 
 ADAPTER_VALUES = "prometheus-adapter-values.yaml"
@@ -269,7 +319,12 @@ def run_scaledobject(args: argparse.Namespace) -> int:
         max_replicas=args.max_replicas,
         polling_interval=args.polling_interval,
         cooldown_period=args.cooldown_period,
+        scale_up=args.scale_up,
         scale_down_stabilization=args.scale_down_stabilization,
+        request_path=args.request_path,
+        request_path_format=args.request_path_format,
+        request_path_match=args.request_path_match,
+        replica_rate=args.replica_rate,
         scaler_address=args.scaler_address,
         release=args.release,
         release_namespace=args.release_namespace,
@@ -293,6 +348,14 @@ def run_scaledobject(args: argparse.Namespace) -> int:
 
 
 def run_hpa(args: argparse.Namespace) -> int:
+    for flag in ("--request-path", "--request-path-format", "--request-path-match", "--replica-rate"):
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value is not None:
+            raise UsageError(
+                f'{flag} "{value}" is for render scaledobject --mode external or external-push: the gpuscale '
+                "scaler reads the request path; an HPA's Pods metric from Prometheus Adapter is per pod"
+            )
+    scale_down = args.scale_down_stabilization
     options = HpaOptions(
         target=args.target,
         namespace=args.namespace,
@@ -304,7 +367,7 @@ def run_hpa(args: argparse.Namespace) -> int:
         window=args.window,
         min_replicas=args.min_replicas,
         max_replicas=args.max_replicas,
-        scale_down_stabilization=args.scale_down_stabilization,
+        scale_down_stabilization=SCALE_DOWN_S if scale_down is None else scale_down,
         exported_labels=args.exported_labels,
         vendor=args.vendor,
         scrape_interval=args.scrape_interval,

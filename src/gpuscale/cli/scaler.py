@@ -6,12 +6,14 @@ import argparse
 import asyncio
 import logging
 import os
+import re
 import signal
 
 from .. import lifecycle
 from ..errors import UsageError
 from ..netaddr import parse_host_port
 from ..scaler.ingest import MAX_WORKERS
+from ..scaler.requestpath import PathSettings
 from ..scaler.server import Scaler, ScalerSettings
 from ..scaler.subscriber import SubscriberSettings
 from ..scaling.profiles import ProfileSet
@@ -30,9 +32,11 @@ from ._options import (
     server_tls_from_args,
 )
 
-__all__ = ["register", "settings_from_args"]
+__all__ = ["register", "request_path_namespaces", "settings_from_args"]
 
 log = logging.getLogger(__name__)
+
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -91,6 +95,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "in-cluster configuration in a pod, else none (then workload scope needs podSelector)",
     )
     p.add_argument("--profiles", default=env("PROFILES"), help="YAML file of more trigger profiles")
+    r = p.add_argument_group(
+        "request path (trigger key requestPath: a gateway's metrics, read by the scaler)"
+    )
+    r.add_argument(
+        "--request-path-namespaces",
+        default=env("REQUEST_PATH_NAMESPACES", ""),
+        metavar="NS,...",
+        help="namespaces whose Services a ScaledObject of another namespace may name in requestPath "
+        "(namespace/name:port[/path]); a ScaledObject's own namespace is always allowed (default: none)",
+    )
+    r.add_argument(
+        "--request-path-interval",
+        default=env("REQUEST_PATH_INTERVAL", "1"),
+        help="seconds between reads of each request path; each read times out after 80%% of it, at most "
+        "10 s (default 1)",
+    )
     add_server_tls_arguments(p, "TLS (between KEDA and the scaler)", "clients (KEDA)")
     a = p.add_argument_group("TLS to the agents (their --tls-cert)")
     a.add_argument(
@@ -150,7 +170,13 @@ def settings_from_args(args: argparse.Namespace) -> ScalerSettings:
     )
     tls = server_tls_from_args(args)
     agent_tls = agent_tls_from_args(args)
+    interval = positive_seconds(args.request_path_interval, "--request-path-interval", within=(0.1, 60.0))
     return ScalerSettings(
+        request_path=PathSettings(
+            interval_s=interval,
+            timeout_s=min(10.0, 0.8 * interval),
+            namespaces=request_path_namespaces(args.request_path_namespaces),
+        ),
         ingest_workers=workers,
         event_loop=args.event_loop,
         log_format=getattr(args, "log_format", "text"),
@@ -169,6 +195,18 @@ def settings_from_args(args: argparse.Namespace) -> ScalerSettings:
             **agent_tls,  # type: ignore[arg-type]
         ),
     )
+
+
+def request_path_namespaces(text: str | None) -> frozenset[str]:
+    """``--request-path-namespaces``: namespace names, comma-separated; a ``UsageError`` names a bad one."""
+    names = [n.strip() for n in (text or "").split(",") if n.strip()]
+    for name in names:
+        if not _NAMESPACE.match(name):
+            raise UsageError(
+                f'--request-path-namespaces "{text}": "{name[:100]}" is not a namespace name (1 to 63 '
+                "lowercase letters, digits and '-', starting and ending with a letter or digit)"
+            )
+    return frozenset(names)
 
 
 def profiles_from_args(args: argparse.Namespace) -> ProfileSet | None:

@@ -16,6 +16,9 @@ the real server's wire format. The demo cluster runs on it; the tests use it as 
   (ScaledObjects, Deployments, StatefulSets, custom resources); the Scale's ``status.selector`` is built from
   ``spec.selector`` the way the API server formats a label selector. ``PATCH`` (merge patch) and ``PUT`` of
   ``.../scale`` set ``spec.replicas`` and call every ``on_scale`` callback (the demo's deployment controller).
+* ``GET /api/v1/namespaces/{ns}/services/{name}``, and ``GET
+  /apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices`` lists and watches (a request path's Service
+  and its endpoints: ``put_service``, ``put_endpoint_slice``, ``delete_endpoint_slice``).
 * Discovery: ``GET /api/v1`` and ``GET /apis/{group}/{version}``.
 * ``Authorization: Bearer <token>`` is checked; errors are ``Status`` objects.
 
@@ -248,7 +251,12 @@ def write_kubeconfig(
     return path
 
 
-_KINDS = {"pods": "Pod", "nodes": "Node", "resourceslices": "ResourceSlice"}  # lists and watches
+_KINDS = {  # lists and watches
+    "pods": "Pod",
+    "nodes": "Node",
+    "resourceslices": "ResourceSlice",
+    "endpointslices": "EndpointSlice",
+}
 _DRA_GROUP = "resource.k8s.io"
 
 
@@ -280,6 +288,8 @@ class LocalApiServer:
         self.pods: dict[tuple[str, str], Obj] = {}
         self.nodes: dict[str, Obj] = {}
         self.resource_slices: dict[str, Obj] = {}
+        self.services: dict[tuple[str, str], Obj] = {}
+        self.endpoint_slices: dict[tuple[str, str], Obj] = {}
         self.objects: dict[tuple[str, str, str, str], Obj] = {}  # (groupVersion, plural, namespace, name)
         self.resources: dict[str, list[Obj]] = copy.deepcopy(_BUILTIN_RESOURCES)
         self.serve_dra_versions("v1")
@@ -307,6 +317,10 @@ class LocalApiServer:
         app.router.add_get("/api/v1/namespaces/{namespace}/pods", self._pods)
         app.router.add_get("/api/v1/nodes", self._nodes)
         app.router.add_get("/api/v1/nodes/{name}", self._get_node)
+        app.router.add_get("/api/v1/namespaces/{namespace}/services/{name}", self._get_service)
+        app.router.add_get(
+            "/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices", self._endpoint_slices
+        )
         app.router.add_get("/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}", self._get_object)
         app.router.add_get(
             "/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}/scale", self._get_scale
@@ -450,6 +464,79 @@ class LocalApiServer:
         slice_ = self.resource_slices.pop(name)
         slice_["metadata"]["resourceVersion"] = self._bump()
         self._emit("DELETED", slice_, "resourceslices")
+
+    # ----- Services and their EndpointSlices
+    def put_service(
+        self,
+        namespace: str,
+        name: str,
+        ports: Iterable[tuple[str, int]],
+        *,
+        type: str = "ClusterIP",
+        external_name: str | None = None,
+    ) -> Obj:
+        """Add or replace the Service ``namespace/name``, its ``ports`` ``(name, port)`` (``""``: unnamed)."""
+        spec: Obj = {
+            "type": type,
+            "ports": [
+                {**({"name": n} if n else {}), "port": p, "targetPort": p, "protocol": "TCP"}
+                for n, p in ports
+            ],
+        }
+        if external_name is not None:
+            spec["externalName"] = external_name
+        svc: Obj = {
+            "kind": "Service",
+            "apiVersion": "v1",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "uid": str(uuidlib.uuid4()),
+                "resourceVersion": self._bump(),
+            },
+            "spec": spec,
+        }
+        self.services[(namespace, name)] = svc
+        return svc
+
+    def put_endpoint_slice(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        service: str,
+        endpoints: Iterable[tuple[str, bool | None]],
+        ports: Iterable[tuple[str, int]],
+        address_type: str = "IPv4",
+    ) -> Obj:
+        """Add or replace the EndpointSlice ``namespace/name`` of Service ``service``: ``endpoints`` are
+        ``(address, ready)`` (``None``: no ready condition, which means ready), ``ports`` ``(name, port)``."""
+        slice_: Obj = {
+            "kind": "EndpointSlice",
+            "apiVersion": "discovery.k8s.io/v1",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "uid": str(uuidlib.uuid4()),
+                "labels": {"kubernetes.io/service-name": service},
+                "resourceVersion": self._bump(),
+            },
+            "addressType": address_type,
+            "endpoints": [
+                {"addresses": [a], "conditions": {} if ready is None else {"ready": ready}}
+                for a, ready in endpoints
+            ],
+            "ports": [{"name": n, "port": p, "protocol": "TCP"} for n, p in ports],
+        }
+        kind = "MODIFIED" if (namespace, name) in self.endpoint_slices else "ADDED"
+        self.endpoint_slices[(namespace, name)] = slice_
+        self._emit(kind, slice_, "endpointslices")
+        return slice_
+
+    def delete_endpoint_slice(self, namespace: str, name: str) -> None:
+        slice_ = self.endpoint_slices.pop((namespace, name))
+        slice_["metadata"]["resourceVersion"] = self._bump()
+        self._emit("DELETED", slice_, "endpointslices")
 
     def compact(self) -> None:
         """Forget the event history (etcd compaction): watches from any older resourceVersion get 410."""
@@ -598,11 +685,14 @@ class LocalApiServer:
             "pods": self.pods,
             "nodes": self.nodes,
             "resourceslices": self.resource_slices,
+            "endpointslices": self.endpoint_slices,
         }
         return collections[plural]
 
     @staticmethod
     def _api_version(request: web.Request, plural: str) -> str:
+        if plural == "endpointslices":
+            return "discovery.k8s.io/v1"
         return f"{_DRA_GROUP}/{request.match_info['version']}" if plural == "resourceslices" else "v1"
 
     def _render(self, request: web.Request, plural: str, obj: Obj) -> Obj:
@@ -619,6 +709,18 @@ class LocalApiServer:
 
     async def _nodes(self, request: web.Request) -> web.StreamResponse:
         return await self._list(request, "nodes")
+
+    async def _endpoint_slices(self, request: web.Request) -> web.StreamResponse:
+        return await self._list(request, "endpointslices")
+
+    async def _get_service(self, request: web.Request) -> web.Response:
+        namespace, name = request.match_info["namespace"], request.match_info["name"]
+        svc = self.services.get((namespace, name))
+        if svc is None:
+            return self.status(
+                404, "NotFound", f'services "{name}" not found', {"name": name, "kind": "services"}
+            )
+        return web.json_response(svc)
 
     async def _get_node(self, request: web.Request) -> web.Response:
         node = self.nodes.get(request.match_info["name"])
@@ -806,8 +908,16 @@ class LocalApiServer:
         )
 
     def put_scaled_object(
-        self, namespace: str, name: str, target: Mapping[str, str], triggers: Iterable[Obj] = ()
+        self,
+        namespace: str,
+        name: str,
+        target: Mapping[str, str],
+        triggers: Iterable[Obj] = (),
+        *,
+        spec: Mapping[str, Any] | None = None,
     ) -> Obj:
+        """The ScaledObject ``namespace/name`` scaling ``target``; ``spec``: its other fields
+        (``minReplicaCount``, ``advanced``, …)."""
         return self.put_object(
             "keda.sh/v1alpha1",
             "scaledobjects",
@@ -815,6 +925,6 @@ class LocalApiServer:
                 "kind": "ScaledObject",
                 "apiVersion": "keda.sh/v1alpha1",
                 "metadata": {"name": name, "namespace": namespace},
-                "spec": {"scaleTargetRef": dict(target), "triggers": list(triggers)},
+                "spec": {**(spec or {}), "scaleTargetRef": dict(target), "triggers": list(triggers)},
             },
         )

@@ -9,6 +9,10 @@ per-container figures) in step, and writes every node's mock demand file from th
 ``engines`` each pod also runs a mock vLLM engine on a loopback port (``engines.DemoEngines``), announced by
 its ``gpuscale.io/metrics-port`` annotation, with IP ``127.0.0.1`` once its container starts, fed by the
 demand the router sends it (to the least loaded Ready pod); its GPU is then as busy as its engine's batch.
+With ``gateway`` the demand first reaches a stand-in gateway (``gateway.DemoGateway``: it counts every
+request and holds them while no pod is Ready), served on a loopback port and announced in the API as the
+Service ``demo/llm-gateway`` (port ``admin`` 9901) with an EndpointSlice on ``127.0.0.1`` at that port, so
+the scaler finds it as it finds a gateway's replicas in a cluster (``requestPath: llm-gateway:9901/…``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 from ..backends.mock import MockBackend, MockConfig, find_model
 from .apiserver import LocalApiServer, Obj, make_pod, write_kubeconfig
 from .engines import ANNOTATION, DemoEngines
+from .gateway import ADMIN_PATH, DemoGateway
 from .kubelet import LocalKubelet, pod_resources
 from .placement import (
     DemoGpu,
@@ -37,7 +42,16 @@ from .placement import (
     spread_demand,
 )
 
-__all__ = ["NAMESPACE", "SCALED_OBJECT", "WORKLOAD", "DemoCluster", "DemoNode"]
+__all__ = [
+    "GATEWAY_PORT",
+    "GATEWAY_SERVICE",
+    "NAMESPACE",
+    "SCALED_OBJECT",
+    "WORKLOAD",
+    "DemoCluster",
+    "DemoNode",
+    "request_path",
+]
 
 NAMESPACE = "demo"
 WORKLOAD = "llm"
@@ -45,6 +59,13 @@ SCALED_OBJECT = "llm"
 LABELS = {"app": "llm"}
 GPU_RESOURCE = "nvidia.com/gpu"
 MOCK_MODEL = "h100"
+GATEWAY_SERVICE = "llm-gateway"
+GATEWAY_PORT = 9901  # the Service's port (Envoy's admin port); its endpoint listens on a free loopback port
+
+
+def request_path() -> str:
+    """The trigger's ``requestPath``: the gateway's Service, port and metrics path."""
+    return f"{GATEWAY_SERVICE}:{GATEWAY_PORT}{ADMIN_PATH}"
 
 
 @dataclass(frozen=True)
@@ -86,6 +107,8 @@ class DemoCluster:
         initial_replicas: int,
         scaled_object_triggers: Sequence[Obj] = (),
         engines: bool = False,
+        gateway: bool = False,
+        hold_timeout_s: float = 60.0,
     ) -> None:
         self.workdir = workdir
         self.capacity_per_replica = capacity_per_replica
@@ -117,6 +140,8 @@ class DemoCluster:
         # (from which the scaler learns the cold start, pending_s + loading_s)
         self.epoch = time.time()
         self.engines = DemoEngines(capacity_per_replica) if engines else None
+        self.gateway = DemoGateway(WORKLOAD, hold_timeout_s) if gateway else None
+        self.first_ready_at: float | None = None  # the demo's time the first pod became Ready
         self._annotations: dict[str, dict[str, str]] = {}
         # With engines the pods ask for their GPU (resources.limits), as a vLLM Deployment does: the scaler
         # reads engine metrics of the pods that want a GPU.
@@ -139,11 +164,23 @@ class DemoCluster:
             labels = {"nvidia.com/gpu.product": product, "nvidia.com/gpu.present": "true"}
             self.api.put_node(node.name, labels)
             await node.kubelet.start()
+        if self.gateway is not None:
+            port = await self.gateway.start()
+            self.api.put_service(NAMESPACE, GATEWAY_SERVICE, [("admin", GATEWAY_PORT)])
+            self.api.put_endpoint_slice(
+                NAMESPACE,
+                f"{GATEWAY_SERVICE}-1",
+                service=GATEWAY_SERVICE,
+                endpoints=[("127.0.0.1", True)],
+                ports=[("admin", port)],
+            )
         for _ in range(self.wanted):  # the replicas there before the demo starts: Ready already
             self._create_pod(now=-(self.pending_s + self.loading_s + 1.0))
         self.tick(0.0, 0.0)
 
     async def stop(self) -> None:
+        if self.gateway is not None:
+            await self.gateway.stop()
         if self.engines is not None:
             await self.engines.close()
         for node in self.nodes:
@@ -225,6 +262,8 @@ class DemoCluster:
             if self.engines is not None:
                 self.engines.start(pod.name)
         ready = phase == "Ready"
+        if ready and self.first_ready_at is None:
+            self.first_ready_at = pod.ready_at
         fresh = make_pod(
             NAMESPACE,
             pod.name,
@@ -266,8 +305,12 @@ class DemoCluster:
             self.api.update_object("apps/v1", "deployments", NAMESPACE, WORKLOAD, status)
         self.utilization = spread_demand(demand, self.pods, now, self.capacity_per_replica)
         if self.engines is not None:  # the router decides each pod's share; its GPU is as busy as its batch
-            self.engines.route(demand, {p.name: p.phase(now) == "Ready" for p in self.pods})
             ready_now = {p.name for p in self.pods if p.phase(now) == "Ready"}
+            release = 0.0
+            if self.gateway is not None:  # it holds what arrives while no pod is Ready
+                release = self.gateway.advance(now, demand, bool(ready_now))
+            routed = demand if ready_now or self.gateway is None else 0.0
+            self.engines.route(routed, {p.name: p.name in ready_now for p in self.pods}, release)
             self.utilization = {
                 pod: round(self.engines.busy_percent(pod), 3) if pod in ready_now else 0.0
                 for pod in self.utilization
@@ -282,6 +325,10 @@ class DemoCluster:
     def queue(self) -> float:
         """Requests waiting in the pods' engines now (NaN without engines)."""
         return self.engines.waiting() if self.engines is not None else math.nan
+
+    def held(self) -> float:
+        """Requests the gateway holds now (NaN without a gateway)."""
+        return self.gateway.held if self.gateway is not None else math.nan
 
     def ready_count(self, now: float) -> int:
         return sum(1 for p in self.pods if p.phase(now) == "Ready")

@@ -9,10 +9,18 @@
   from the API, fetches the metric the way KEDA's metrics server does (``GetMetricSpec``, ``GetMetrics``,
   ``IsActive``), and runs the controller's sync (``gpuscale.sim.controller.reconcile``: External
   ``AverageValue`` → ``ceil(value / target)`` with tolerance, stabilization, rate policies), then writes
-  ``/scale``.
+  ``/scale``. Its rate policies are the ScaledObject's ``advanced.horizontalPodAutoscalerConfig.behavior``
+  (``hpa_behavior``: the scale-up ``gpuscale render`` writes for the trigger, so for a demand trigger one
+  sync reaches the asked count; the demo's shortened scale-down). At zero replicas with
+  ``minReplicaCount: 0`` the HPA reads nothing (``ScalingDisabled``): KEDA's activation takes it to 1, and the
+  HPA's next sync to what the scaler asks.
+
+After each ``GetMetrics`` the controller asks the scaler's ``/explain`` how it decided, and with a request
+path what the path's demand is; each replica change is recorded with them (``ReplicaChange``).
 
 An optional ``wake`` trigger stands for a request-rate trigger (a gateway's queue, through a ``prometheus``
-trigger): the signal that exists at zero replicas, which a workload-scope GPU trigger cannot have.
+trigger): the signal that exists at zero replicas, which a workload-scope GPU trigger cannot have. A
+trigger with a ``requestPath`` needs none: the scaler reads the gateway itself.
 """
 
 from __future__ import annotations
@@ -20,10 +28,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 import grpc
@@ -31,6 +40,7 @@ import grpc.aio
 
 from .._proto import externalscaler_pb2 as pb
 from .._proto import externalscaler_pb2_grpc as pb_grpc
+from ..render.behavior import choose
 from ..scaler.wire import scaled_object_ref
 from ..sim.controller import reconcile
 from ..sim.hpa import (
@@ -47,10 +57,48 @@ from ..sim.hpa import (
 )
 from ..sim.keda import KedaState, ScaledObjectSpec, TriggerSpec, hpa_for, request_scale
 from ..sim.quantity import keda_milli
+from .output import decision_kind
 
-__all__ = ["ControllerSettings", "ControllerStatus", "DemoController"]
+__all__ = ["ControllerSettings", "ControllerStatus", "DemoController", "ReplicaChange", "hpa_behavior"]
 
 log = logging.getLogger(__name__)
+
+
+def hpa_behavior(max_replicas: int, scale_down_window: int, *, demand: bool) -> dict[str, Any]:
+    """The demo ScaledObject's ``horizontalPodAutoscalerConfig.behavior``: the ``scaleUp`` ``gpuscale render``
+    writes for the trigger (a ``demand`` trigger, an engine signal or a request path: +900 % or
+    ``max_replicas`` pods per 15 s, ``selectPolicy: Max``, so one sync reaches the asked count; otherwise
+    none, the HPA's default), and a ``scaleDown`` shortened for a one-minute demo: ``scale_down_window``,
+    then 100 % per 15 s (render writes its window, then 1 pod per 60 s)."""
+    behavior = choose(None, scale_down_window, max_replicas=max_replicas, demand=demand).spec()
+    behavior["scaleDown"] = {
+        "stabilizationWindowSeconds": scale_down_window,
+        "selectPolicy": "Max",
+        "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}],
+    }
+    return behavior
+
+
+def _parsed_behavior(raw: Mapping[str, Any]) -> Behavior:
+    """``behavior`` (as ``hpa_behavior`` writes it) as the HPA's API defaults it: a direction not written is
+    the default rules; a field not written, the default's."""
+
+    def rules(direction: Literal["up", "down"], given: Mapping[str, Any] | None) -> ScalingRules:
+        base = default_behavior_rules(direction)
+        if given is None:
+            return base
+        policies = base.policies
+        if "policies" in given:
+            policies = tuple(
+                ScalingPolicy(p["type"], int(p["value"]), int(p["periodSeconds"])) for p in given["policies"]
+            )
+        return ScalingRules(
+            given.get("stabilizationWindowSeconds", base.stabilization_window_seconds),
+            given.get("selectPolicy", base.select_policy),
+            policies,
+        )
+
+    return Behavior(rules("up", raw.get("scaleUp")), rules("down", raw.get("scaleDown")))
 
 
 @dataclass(frozen=True)
@@ -79,6 +127,25 @@ class ControllerSettings:
     # the scaler's GET /explain (its --metrics-address): after each GetMetrics the controller asks how the
     # scaler decided (scaling.answer's "ahead 4 s", "KV-cache guard", …); None: not asked
     explain_url: str | None = None
+    # the ScaledObject's horizontalPodAutoscalerConfig.behavior (hpa_behavior); None: hpa_behavior for a
+    # trigger that is no demand signal
+    behavior: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ReplicaChange:
+    """One write to ``/scale``: at ``t`` (the demo's seconds), ``old`` → ``new``, by ``KEDA`` or the
+    ``HPA``, why; how the scaler had decided its last answer (``decided``), the request path's demand then
+    (requests/s, NaN: none or not read) and, for the HPA, the replicas its metric asked for (``asked``)."""
+
+    t: float
+    old: int
+    new: int
+    by: str
+    why: str
+    decided: str = ""
+    path_demand: float = math.nan
+    asked: int | None = None
 
 
 @dataclass
@@ -100,10 +167,33 @@ class ControllerStatus:
     last_error: str = ""
     decided: str = ""  # how the scaler's last answer was decided ("" the plain value; /explain)
     decisions: dict[str, int] = field(default_factory=dict)  # every decision seen, with its count
-    events: list[str] = field(default_factory=list)  # every replica change, oldest first
+    # the request path as the scaler's /explain last said it (NaN: none, or not read yet)
+    path_demand: float = math.nan  # requests/s: arrivals/s + held / requestPathDrainSeconds
+    path_rate: float = math.nan  # arrivals/s
+    path_held: float = math.nan
+    replica_rate: float | None = None  # the trigger's replicaRate
+    events: list[str] = field(default_factory=list)  # every replica change, oldest first, as printed
+    changes: list[ReplicaChange] = field(default_factory=list)
 
     def event(self, t: float, text: str) -> None:
         self.events.append(f"t={t:4.1f}s replicas {text}")
+
+    def record(self, change: ReplicaChange) -> None:
+        self.changes.append(change)
+        self.event(change.t, f"{change.old} → {change.new}: {change.by}: {change.why}{_said(change, self)}")
+
+
+def _said(change: ReplicaChange, status: ControllerStatus) -> str:
+    """What the scaler said of the request path at a replica change, for its line ('' when nothing)."""
+    if math.isnan(change.path_demand):
+        return ""
+    if change.by == "HPA" and decision_kind(change.decided) == "request path" and change.asked is not None:
+        rate = f" ÷ replicaRate {status.replica_rate:g} req/s" if status.replica_rate else ""
+        return f"; the scaler asked for {change.asked} ({change.decided}{rate})"
+    if change.old == 0:
+        held = "" if math.isnan(status.path_held) else f", {status.path_held:.0f} held at the gateway"
+        return f"; request path {change.path_demand:.1f} req/s{held}"
+    return ""
 
 
 class DemoController:
@@ -120,6 +210,10 @@ class DemoController:
             sync_period_seconds=settings.sync_period,
             downscale_stabilization_seconds=settings.scale_down_window,
         )
+        raw = settings.behavior
+        if raw is None:
+            raw = hpa_behavior(settings.max_replicas, settings.scale_down_window, demand=False)
+        self.behavior = _parsed_behavior(raw)
         self.hpa_state = HpaState()
         self.keda_state = KedaState(last_active_time=0, created_at=0)
         self.so: ScaledObjectSpec | None = None
@@ -144,17 +238,13 @@ class DemoController:
             triggers.append(
                 TriggerSpec("requests", "prometheus", "AverageValue", s.wake_target, 0.0, "demand")
             )
-        behavior = Behavior(
-            scale_up=default_behavior_rules("up"),
-            scale_down=ScalingRules(s.scale_down_window, "Max", (ScalingPolicy("Percent", 100, 15),)),
-        )
         return ScaledObjectSpec(
             triggers=tuple(triggers),
             polling_interval=s.polling_interval,
             cooldown_period=s.cooldown_period,
             min_replica_count=s.min_replicas,
             max_replica_count=s.max_replicas,
-            behavior=behavior,
+            behavior=self.behavior,
         )
 
     # ----- calls
@@ -195,12 +285,27 @@ class DemoController:
                 body = await response.json()
         except (aiohttp.ClientError, TimeoutError, ValueError):
             return
-        answer = body.get("answer") if isinstance(body, dict) else None
+        if not isinstance(body, dict):
+            return
+        st = self.status
+        answer = body.get("answer")
         decided = answer.get("decided", "") if isinstance(answer, dict) else ""
-        self.status.decided = decided if isinstance(decided, str) else ""
-        if self.status.decided:
-            kind = self.status.decided.split(" ")[0] if self.status.decided.startswith("ahead") else decided
-            self.status.decisions[kind] = self.status.decisions.get(kind, 0) + 1
+        st.decided = decided if isinstance(decided, str) else ""
+        if st.decided:
+            kind = decision_kind(st.decided)
+            st.decisions[kind] = st.decisions.get(kind, 0) + 1
+        path = body.get("requestPath")
+        if isinstance(path, dict):
+            st.path_demand, st.path_rate, st.path_held = (
+                _number(path.get("demand")),
+                _number(path.get("rate")),
+                _number(path.get("held")),
+            )
+        metadata = body.get("metadata")
+        rate = metadata.get("replicaRate") if isinstance(metadata, dict) else None
+        st.replica_rate = (
+            float(rate) if isinstance(rate, int | float) and not isinstance(rate, bool) else None
+        )
 
     async def _api(self, method: str, path: str, body: Any = None) -> Any:
         assert self._http is not None
@@ -238,11 +343,12 @@ class DemoController:
         st.ready_replicas = sum(1 for i in infos if i.ready and i.phase == "Running")
         return target, selector
 
-    async def _write_replicas(self, replicas: int, why: str) -> None:
+    async def _write_replicas(self, replicas: int, by: str, why: str, asked: int | None = None) -> None:
         await self._api("PATCH", self._scale_path, {"spec": {"replicas": replicas}})
-        old, self.status.spec_replicas = self.status.spec_replicas, replicas
-        self.status.event(self.clock(), f"{old} → {replicas}: {why}")
-        log.debug("replicas %d -> %d: %s", old, replicas, why)
+        st = self.status
+        old, st.spec_replicas = st.spec_replicas, replicas
+        st.record(ReplicaChange(self.clock(), old, replicas, by, why, st.decided, st.path_demand, asked))
+        log.debug("replicas %d -> %d: %s: %s", old, replicas, by, why)
 
     # ----- the loops
     async def _keda_poll(self) -> None:
@@ -260,7 +366,7 @@ class DemoController:
             self.keda_state = decision.state
             self.status.last_poll = decision.reason
             if decision.replicas is not None and decision.replicas != target.spec_replicas:
-                await self._write_replicas(decision.replicas, f"KEDA: {decision.reason}")
+                await self._write_replicas(decision.replicas, "KEDA", decision.reason)
 
     async def _hpa_sync(self) -> None:
         assert self.so is not None
@@ -278,7 +384,7 @@ class DemoController:
             self.status.metric_replicas = result.metric_replicas
             self.status.last_sync = result.reason
             if result.rescale:
-                await self._write_replicas(result.desired, f"HPA: {result.reason}")
+                await self._write_replicas(result.desired, "HPA", result.reason, result.metric_replicas)
 
     async def _stream(self) -> None:
         """``StreamIsActive`` as KEDA's push scaler runs it: reopen after 2 s doubling to 60 s."""
@@ -298,7 +404,10 @@ class DemoController:
                         )
                         self.keda_state = decision.state
                         if decision.replicas is not None and decision.replicas != target.spec_replicas:
-                            await self._write_replicas(decision.replicas, "KEDA: StreamIsActive true")
+                            # what woke it, as the HPA will read it (the value, and the request path's
+                            # demand from /explain): for the demo's lines, not a call KEDA makes on a push
+                            await self._metrics_and_activity()
+                            await self._write_replicas(decision.replicas, "KEDA", "StreamIsActive true")
                 backoff = 2.0
             except grpc.aio.AioRpcError as e:
                 log.debug("StreamIsActive ended: %s", e.code().name)
@@ -353,3 +462,10 @@ class DemoController:
         if self._channel is not None:
             with contextlib.suppress(Exception):
                 await self._channel.close()
+
+
+def _number(value: object) -> float:
+    """A number of ``/explain``'s JSON, NaN where it is none."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return math.nan

@@ -6,13 +6,15 @@ loading) the engine serves on that socket and the pod gets the IP ``127.0.0.1``:
 real agent discovers it (the annotation and ``status.podIP`` from the API, the GPU from the kubelet),
 scrapes, parses and streams it, and the real scaler answers engine triggers (``queue_length``) from it.
 
-The router sends each request to the Ready pod with the fewest requests in its engine (waiting and
-running), as LLM routers do (least outstanding requests): ``least_loaded``. Under an even load that is an
-even share; a pod with a backlog gets nothing new until the others are as loaded, so the backlog drains at
-the pod's full rate while the others take the demand. A loading engine gets none (it reads 0 waiting). Each
-engine serves ``capacity_per_replica`` requests per second (``max_num_seqs`` / service time); above that
-its queue (``vllm:num_requests_waiting``) grows, below it drains. A Ready pod's GPU is as busy as its
-engine's batch: ``busy_percent``, its running sequences over ``max_num_seqs``.
+The router sends each request to the Ready pod with the fewest requests in its engine (waiting and running),
+as LLM routers do (least outstanding requests): ``least_loaded``. Under an even load that is an even share; a
+pod with a backlog gets nothing new until the others are as loaded, so the backlog drains at the pod's full
+rate while the others take the demand. In front of it the stand-in gateway (``gateway.DemoGateway``) holds the
+requests while no pod is Ready and hands them on at once when one is (``route``'s ``release``). A loading
+engine gets none (it reads 0 waiting). Each engine serves ``capacity_per_replica`` requests per second
+(``max_num_seqs`` / service time); above that its queue (``vllm:num_requests_waiting``) grows, below it
+drains. A Ready pod's GPU is as busy as its engine's batch: ``busy_percent``, its running sequences over
+``max_num_seqs``.
 """
 
 from __future__ import annotations
@@ -114,9 +116,10 @@ class DemoEngines:
             await e.server.close()
         e.sock.close()
 
-    def route(self, demand: float, ready: Mapping[str, bool]) -> None:
+    def route(self, demand: float, ready: Mapping[str, bool], release: float = 0.0) -> None:
         """Send ``demand`` (requests/s) since the last call to the least loaded Ready pods
-        (``least_loaded``), then bring every engine to now."""
+        (``least_loaded``) and bring every engine to now; then ``release`` requests more (those the gateway
+        held until a pod was Ready), all at once."""
         now = self._clock()
         horizon = max(1e-3, now - self._routed_at) if self._routed_at is not None else 1e-3
         self._routed_at = now
@@ -127,6 +130,20 @@ class DemoEngines:
         self._demand = {pod: rates.get(pod, 0.0) for pod in self._engines}
         for e in self._engines.values():
             e.engine.advance(now)
+        if release > 0 and loads:  # the held requests, at once, each to the least loaded pod then
+            shares = least_loaded(release, {pod: self.load_of(pod) for pod in loads}, 1.0)
+            for pod, n in shares.items():
+                self._arrive(pod, n)
+
+    def _arrive(self, pod: str, n: float) -> None:
+        """``n`` requests arrive at ``pod``'s engine now, shared evenly by its models (the demo's engines
+        serve one): they queue (``waiting``) behind its running batch until it has room."""
+        engine = self._engines[pod].engine
+        models = list(engine.models.values())
+        for state in models:
+            state.in_system += n / len(models)
+            state.running = min(state.in_system, float(self.config.max_num_seqs))
+            state.waiting = max(0.0, state.in_system - state.running)
 
     def load_of(self, pod: str) -> float:
         """Requests in ``pod``'s engine now, waiting and running."""

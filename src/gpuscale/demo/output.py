@@ -1,11 +1,11 @@
 """What the demo leaves behind: ``timeline.csv`` (one row a second) and ``demo.png``.
 
-The PNG has the simulator's look (``gpuscale.sim.plot``), four panels: demand against Ready capacity (with
-the pods' engines, the requests waiting in them on its right axis); a heat map of every GPU's utilization;
-the scaler's answers over their target, shaded while IsActive, the answers a decision shaped marked by
-its kind (``DECISION_MARKERS``: ahead, the KV-cache guard, …); the replicas on their own axis (solid
-desired, dotted Ready). matplotlib (Agg) is imported only when the PNG is written, its font-cache notice
-held back.
+The PNG has the simulator's look (``gpuscale.sim.plot``), four panels: demand against Ready capacity (with the
+pods' engines, the requests waiting in them on its right axis, and those the gateway holds); a heat map of
+every GPU's utilization; the scaler's answers over their target, shaded while IsActive, the answers a decision
+shaped marked by its kind (``DECISION_MARKERS``: ahead, the KV-cache guard, …); the replicas on their own axis
+(solid desired, dotted Ready). matplotlib (Agg) is imported only when the PNG is written, its font-cache
+notice held back.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ __all__ = ["DECISION_MARKERS", "Row", "decision_kind", "plot_timeline", "timelin
 class Row:
     """The demo at one second. ``value`` is the scaler's last ``GetMetrics`` answer (NaN before any);
     ``gpu_util`` follows the GPU labels given to the writers; ``queue``: the requests waiting in the pods'
-    engines (NaN when the pods run none)."""
+    engines (NaN when the pods run none); ``held``: the requests the stand-in gateway holds for want of a
+    Ready pod, and ``path_demand`` the request path's demand as the scaler read it (requests/s, its
+    ``/explain``; NaN without a gateway, or before the scaler read it)."""
 
     t: float
     phase: str
@@ -41,6 +43,8 @@ class Row:
     gpu_util: tuple[float, ...]
     queue: float = math.nan
     decided: str = ""  # how the scaler decided its last answer ("ahead 4 s", "KV-cache guard"; "": plain)
+    held: float = math.nan
+    path_demand: float = math.nan
 
     @property
     def served(self) -> float:
@@ -74,6 +78,8 @@ def write_timeline(rows: Sequence[Row], gpu_labels: Sequence[str], path: Path) -
                 "stream_active",
                 "queue_waiting",
                 "scaler_decided",
+                "gateway_held",
+                "path_demand_rps",
                 *(f"util_{label.replace('/', '_')}" for label in gpu_labels),
             ]
         )
@@ -94,6 +100,8 @@ def write_timeline(rows: Sequence[Row], gpu_labels: Sequence[str], path: Path) -
                     _flag(r.stream_active),
                     _num(r.queue),
                     r.decided,
+                    _num(r.held),
+                    _num(r.path_demand),
                     *(f"{u:.1f}" for u in r.gpu_util),
                 ]
             )
@@ -105,13 +113,19 @@ DECISION_MARKERS: dict[str, tuple[str, str, str]] = {
     "KV-cache guard": ("s", "C4", "KV-cache guard: the KV cache's floor held the replicas"),
     "N-1 guard": ("D", "C5", "N-1 guard"),
     "all pods loading": ("o", "C6", "all pods loading"),
+    "request path": ("v", "C9", "request path: the gateway's demand over replicaRate"),
 }
+_KINDS_WITH_FIGURES = ("ahead", "request path", "capacity")  # "ahead 4 s", "request path 42.0 req/s", …
 _FONT_CACHE_NOTICE = "Matplotlib is building the font cache"
 
 
 def decision_kind(decided: str) -> str:
-    """``"ahead 4 s"`` → ``"ahead"``; every other decision is its own kind."""
-    return "ahead" if decided.startswith("ahead") else decided
+    """``"ahead 4 s"`` → ``"ahead"``, ``"request path 42.0 req/s"`` → ``"request path"`` (a decision with
+    its figure → its kind); every other decision is its own kind."""
+    for kind in _KINDS_WITH_FIGURES:
+        if decided == kind or decided.startswith(kind + " "):
+            return kind
+    return decided
 
 
 def _quiet_font_cache(record: logging.LogRecord) -> bool:
@@ -181,6 +195,16 @@ def timeline_figure(rows: Sequence[Row], gpu_labels: Sequence[str], title: str) 
             drawstyle="steps-post",
             label=f"waiting requests (engines' vllm:num_requests_waiting{target_words})",
         )
+        if any(not math.isnan(r.held) for r in rows):
+            waiting.plot(
+                t,
+                [r.held for r in rows],
+                color="C1",
+                linewidth=1.3,
+                linestyle="--",
+                drawstyle="steps-post",
+                label="held at the gateway, no pod Ready (envoy_cluster_upstream_rq_pending_active)",
+            )
         waiting.set_ylabel("waiting requests", color="C3")
         waiting.set_ylim(bottom=0)
         waiting.legend(loc="upper right", fontsize=8, framealpha=0.9)

@@ -12,7 +12,7 @@ from ..errors import UsageError
 
 __all__ = ["PATTERNS", "DemandPattern", "make_pattern"]
 
-PATTERNS = ("burst", "ramp", "sine", "spike")
+PATTERNS = ("burst", "ramp", "sine", "spike", "wake")
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class DemandPattern:
     @property
     def idles(self) -> bool:
         """Whether the pattern drops to no demand at all (then the workload may scale to zero)."""
-        return self.name == "spike"
+        return self.name in ("spike", "wake")
 
     def at(self, t: float) -> tuple[float, str]:
         """The demand (requests/s) and the phase at ``t`` seconds."""
@@ -57,6 +57,12 @@ class DemandPattern:
             if x < 0.7:
                 return self.peak, "spike"
             return self.base, "after the spike"
+        if self.name == "wake":  # the burst after an idle start: the workload wakes from zero into it
+            if x < 0.1:
+                return 0.0, "idle"
+            if x < 0.45:
+                return self.peak, "burst"
+            return self.base, "after the burst"
         raise AssertionError(self.name)
 
 

@@ -1,10 +1,16 @@
 """``run_demo``: the demo cluster, agents and scaler as processes, the controller, the view, the files.
 
-Order of start: the local API and kubelets; one ``gpuscale agent --backend mock`` per node (its demand file,
-kubelet socket, the API's kubeconfig, a ``/proc`` with each pod's cgroup); ``gpuscale scaler`` following
-them; the ScaledObject pointing at the scaler; the controller, once the scaler reports the workload. Then
-every tick the demand pattern is applied and the pods follow the replicas; once a second a row is recorded.
-Everything stops in reverse order, at the end, on Ctrl-C / SIGTERM, or when a child dies (an error).
+Order of start: the local API and kubelets (and, with an engine profile, the stand-in gateway and its
+Service); one ``gpuscale agent --backend mock`` per node (its demand file, kubelet socket, the API's
+kubeconfig, a ``/proc`` with each pod's cgroup); ``gpuscale scaler`` following them; the ScaledObject pointing
+at the scaler; the controller, once the scaler reports the workload. Then every tick the demand pattern is
+applied and the pods follow the replicas; once a second a row is recorded. Everything stops in reverse order,
+at the end, on Ctrl-C / SIGTERM, or when a child dies (an error).
+
+With an engine profile the workload starts at zero replicas (``minReplicaCount: 0``) behind the gateway, and
+the trigger reads the gateway as its request path (``requestPath``, ``requestPathFormat: envoy``,
+``requestPathMatch``, ``replicaRate`` = a pod's capacity): the first requests wake it at the replicas their
+demand needs. ``Wake`` says how that went.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import logging
 import shutil
 import signal
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,15 +30,16 @@ from typing import Any
 from .. import plotting
 from ..scaling.keys import ENGINE_METRICS
 from ..scaling.profiles import ProfileSet
-from .cluster import NAMESPACE, SCALED_OBJECT, WORKLOAD, DemoCluster
-from .controller import ControllerSettings, DemoController
+from .cluster import NAMESPACE, SCALED_OBJECT, WORKLOAD, DemoCluster, request_path
+from .controller import ControllerSettings, DemoController, ReplicaChange, hpa_behavior
 from .errors import DemoError
+from .gateway import GatewayStats
 from .output import Row, plot_timeline, write_timeline
 from .patterns import make_pattern
 from .processes import Child, free_ports, start_child
 from .view import GpuLine, ViewInfo, plain_line, render
 
-__all__ = ["DemoResult", "DemoSettings", "run_demo"]
+__all__ = ["DemoResult", "DemoSettings", "Wake", "run_demo"]
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +65,35 @@ class DemoSettings:
     agent_interval: str = "0.5"
     startup_timeout_s: float = 60.0
     tick_s: float = 0.25
+    hold_timeout_s: float = 60.0  # how long the gateway holds a request for want of a Ready pod
     extra_metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Wake:
+    """How the workload woke from zero behind the gateway, in the demo's seconds: its first request, KEDA's
+    activation (0 → 1), the HPA's first scale-up after it (to what the scaler asked), the first Ready pod.
+    ``None``: did not happen within the run."""
+
+    first_request: float
+    activated: ReplicaChange | None
+    scaled: ReplicaChange | None
+    first_ready: float | None
+
+
+def wake_of(
+    first_request: float | None, changes: Sequence[ReplicaChange], first_ready: float | None
+) -> Wake | None:
+    """The wake from the replica changes: the first 0 → N at or after the first request, and the HPA's first
+    scale-up after it. ``None`` without a request."""
+    if first_request is None:
+        return None
+    activated = next((c for c in changes if c.old == 0 and c.new > 0 and c.t >= first_request), None)
+    scaled = None
+    if activated is not None:
+        scaled = next((c for c in changes if c.t >= activated.t and c.by == "HPA" and c.new > c.old), None)
+    ready = first_ready if first_ready is not None and first_ready >= first_request else None
+    return Wake(first_request, activated, scaled, ready)
 
 
 @dataclass(frozen=True)
@@ -72,6 +107,8 @@ class DemoResult:
     engine_scrapes_ok: int | None = None
     # how often each of the scaler's decisions shaped an answer ("ahead", "KV-cache guard", "N-1 guard", …)
     decisions: dict[str, int] = field(default_factory=dict)
+    gateway: GatewayStats | None = None  # with an engine profile: what the stand-in gateway saw
+    wake: Wake | None = None
 
 
 class _Stop:
@@ -94,9 +131,11 @@ async def run_demo(settings: DemoSettings, print_line: Callable[[str], None] = p
     logs.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="gpuscale-demo-"))  # short: unix socket paths
     pattern = make_pattern(settings.pattern, settings.duration, settings.capacity_per_replica)
-    min_replicas = 0 if pattern.idles else 1
     metric = settings.extra_metadata.get("metric") or ProfileSet.builtin()[settings.profile].metric
     engines = metric in ENGINE_METRICS  # the pods run mock vLLM engines the agents scrape
+    # behind the stand-in gateway, read as the trigger's request path, the workload starts at zero
+    gateway = engines
+    min_replicas = 0 if pattern.idles or gateway else 1
     max_replicas = len(settings.nodes) * settings.gpus_per_node
     cluster = DemoCluster(
         workdir,
@@ -105,8 +144,10 @@ async def run_demo(settings: DemoSettings, print_line: Callable[[str], None] = p
         capacity_per_replica=settings.capacity_per_replica,
         pending_s=settings.pending_s,
         loading_s=settings.loading_s,
-        initial_replicas=1,
+        initial_replicas=0 if gateway else 1,
         engines=engines,
+        gateway=gateway,
+        hold_timeout_s=settings.hold_timeout_s,
     )
     children: list[Child] = []
     controller: DemoController | None = None
@@ -161,11 +202,18 @@ async def run_demo(settings: DemoSettings, print_line: Callable[[str], None] = p
             "scalerAddress": address,
             "profile": settings.profile,
             "window": settings.window,
-            **settings.extra_metadata,
         }
+        if gateway:  # the gateway's counts, as a request path; a replica serves capacity_per_replica req/s
+            metadata |= {
+                "requestPath": request_path(),
+                "requestPathFormat": "envoy",
+                "requestPathMatch": WORKLOAD,
+                "replicaRate": f"{settings.capacity_per_replica:g}",
+            }
+        metadata |= settings.extra_metadata
         triggers: list[dict[str, Any]] = [{"type": "external-push", "metadata": metadata}]
         wake_target = None
-        if pattern.idles:
+        if pattern.idles and not gateway:
             wake_target = settings.capacity_per_replica
             triggers.append(
                 {
@@ -174,11 +222,19 @@ async def run_demo(settings: DemoSettings, print_line: Callable[[str], None] = p
                     "metadata": {"query": "sum(rate(gateway_requests_total[30s]))", "threshold": "10"},
                 }
             )
+        behavior = hpa_behavior(max_replicas, settings.scale_down_window, demand=engines)
         cluster.api.put_scaled_object(
             NAMESPACE,
             SCALED_OBJECT,
             {"apiVersion": "apps/v1", "kind": "Deployment", "name": WORKLOAD},
             triggers,
+            spec={
+                "pollingInterval": settings.polling_interval,
+                "cooldownPeriod": settings.cooldown_period,
+                "minReplicaCount": min_replicas,
+                "maxReplicaCount": max_replicas,
+                "advanced": {"horizontalPodAutoscalerConfig": {"behavior": behavior}},
+            },
         )
         controller = DemoController(
             ControllerSettings(
@@ -197,6 +253,7 @@ async def run_demo(settings: DemoSettings, print_line: Callable[[str], None] = p
                 max_replicas=max_replicas,
                 wake_target=wake_target,
                 explain_url=f"http://127.0.0.1:{ports[-1]}/explain",
+                behavior=behavior,
             ),
             clock,
             demand_now,
@@ -253,10 +310,17 @@ async def run_demo(settings: DemoSettings, print_line: Callable[[str], None] = p
             metrics_ports = [ports[2 * i + 1] for i in range(len(cluster.nodes))]
             scrapes_ok.append(await _engine_scrapes_ok(metrics_ports))
         result = _finish(settings, cluster, rows, logs, interrupted=stop.event.is_set())
+        stats = cluster.gateway.stats() if cluster.gateway is not None else None
         return dataclasses.replace(
             result,
             engine_scrapes_ok=scrapes_ok[0] if scrapes_ok else None,
-            decisions=dict(controller.status.decisions) if controller is not None else {},
+            decisions=dict(controller.status.decisions),
+            gateway=stats,
+            wake=wake_of(
+                stats.first_arrival if stats is not None else None,
+                controller.status.changes,
+                cluster.first_ready_at,
+            ),
         )
     finally:
         if controller_task is not None:
@@ -374,6 +438,8 @@ async def _main_loop(
                 gpu_util=tuple(g.utilization for g in gpus),
                 queue=cluster.queue(),
                 decided=st.decided,
+                held=cluster.held(),
+                path_demand=st.path_demand,
             )
             if now >= next_row:
                 rows.append(dataclasses.replace(row, t=round(next_row, 1)))

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .controller import ControllerStatus
-from .output import Row
+from .output import Row, decision_kind
 
 __all__ = ["GpuLine", "ViewInfo", "plain_line", "render"]
 
@@ -102,6 +102,8 @@ def render(
         Text(
             f"value {value}  target {row.target:g} per replica{ratio}"
             + ("" if math.isnan(row.queue) else f"   engines: {row.queue:.0f} waiting")
+            + ("" if math.isnan(row.held) else f"   gateway: {row.held:.0f} held")
+            + ("" if math.isnan(row.path_demand) else f", the request path {row.path_demand:.1f} req/s")
             + (f"   decided: {row.decided}" if row.decided else "")
         ),
         Text("IsActive ") + _flag(row.active),
@@ -143,11 +145,14 @@ def plain_line(row: Row, gpus: Sequence[GpuLine]) -> str:
     value = "-" if math.isnan(row.value) else f"{row.value:.0f}"
     active = {None: "-", True: "active", False: "inactive"}[row.active]
     utils = " ".join(f"{g.node[-1]}{g.index}:{g.utilization:.0f}" for g in gpus)
+    by_path = decision_kind(row.decided) == "request path"  # it says the path's demand itself
     return (
         f"t={row.t:4.0f}s {row.phase:<16} demand {row.demand:5.1f} capacity {row.capacity:5.1f} req/s | "
         f"replicas desired {row.desired} ready {row.ready} | scaler {value} (target {row.target:g}/replica) "
         f"{active} | "
         + ("" if math.isnan(row.queue) else f"waiting {row.queue:.0f} | ")
+        + ("" if math.isnan(row.held) else f"held {row.held:.0f} | ")
+        + ("" if math.isnan(row.path_demand) or by_path else f"path {row.path_demand:.1f} req/s | ")
         + (f"{row.decided} | " if row.decided else "")
         + f"util {utils}"
     )

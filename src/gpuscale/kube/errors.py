@@ -7,8 +7,9 @@ Hierarchy::
         ├── KubeletError              a PodResources call failed (``code``: the gRPC status name)
         │   └── KubeletUnavailable    the kubelet cannot be reached: no socket, connection refused, timeout
         ├── KubeConfigError           no usable kubeconfig / in-cluster service account
-        └── KubeApiError              an API server request failed (``status``: HTTP status, 0 = no response)
-            └── WorkloadResolutionError   a ScaledObject's pods cannot be found (names the object)
+        ├── KubeApiError              an API server request failed (``status``: HTTP status, 0 = no response)
+        │   └── WorkloadResolutionError   a ScaledObject's pods cannot be found (names the object)
+        └── ServiceResolutionError    a Service's endpoints cannot be found (names the Service and why)
 
 Vendor exceptions are converted in exactly one place each, with ``raise ... from e``: ``grpc.RpcError`` in
 ``podresources.py``, kubernetes_asyncio/aiohttp errors in ``_http.py``, ``ConfigException`` in ``pods.py``.
@@ -24,6 +25,7 @@ __all__ = [
     "KubeError",
     "KubeletError",
     "KubeletUnavailable",
+    "ServiceResolutionError",
     "WorkloadResolutionError",
 ]
 
@@ -74,3 +76,20 @@ class WorkloadResolutionError(KubeApiError):
         self.message = problem
         self.namespace = namespace
         self.name = name
+
+
+class ServiceResolutionError(KubeError):
+    """A Service's ready endpoints cannot be found: it does not exist, it is of type ``ExternalName``, it has
+    no such port, or the API failed (``status``: the HTTP status, 0 = no response or not an API failure).
+    ``transient``: the API did not answer or failed (0 with ``api_failed``, 429, 5xx), so what was known
+    before may still hold."""
+
+    def __init__(
+        self, namespace: str, name: str, problem: str, *, status: int = 0, api_failed: bool = False
+    ) -> None:
+        super().__init__(f"Service {namespace}/{name}: {problem}")
+        self.namespace = namespace
+        self.name = name
+        self.problem = problem
+        self.status = status
+        self.transient = api_failed and (status == 0 or status == 429 or status >= 500)

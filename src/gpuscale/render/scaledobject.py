@@ -10,6 +10,12 @@ makes it compute ``ceil(readyPods x value / target)``.
 - prometheus: the query returns the aggregate (e.g. ``avg`` utilization of the workload's GPUs). With
   ``AverageValue`` the HPA would compute ``ceil(avg / target)``, at most 2 for a percentage, whatever the
   replicas (the AverageValue trap) → ``Value``. Only ``sum`` is additive over pods → ``AverageValue``.
+
+**behavior** (``gpuscale.render.behavior``): a demand trigger (an engine metric, ``--queue-target``, a
+request path) gets a scale-up that reaches the asked count in one HPA sync and a longer scale-down window.
+
+**The request path** (``--request-path``…) is trigger metadata the gpuscale scaler reads: only the external
+modes carry it; KEDA's ``prometheus`` trigger reads nothing but its query.
 """
 
 from __future__ import annotations
@@ -23,8 +29,9 @@ from ..scaling.errors import MetadataError
 from ..scaling.keys import ADDITIVE_METRICS, ENGINE_METRICS
 from ..scaling.metadata import TriggerMetadata, parse_metadata
 from ..scaling.profiles import ProfileSet
-from ._bounds import INT32_MAX, MAX_STABILIZATION_S, check_ints, check_url
+from ._bounds import INT32_MAX, check_ints, check_url
 from ._yaml import Document, dump
+from .behavior import check, choose
 from .promql import (
     DEFAULT_SCRAPE_INTERVAL,
     LabelNames,
@@ -82,7 +89,15 @@ class ScaledObjectOptions:
     max_replicas: int = 10
     polling_interval: int = 15
     cooldown_period: int = 300
-    scale_down_stabilization: int = 300
+    # The HPA's behavior (None: by the trigger, gpuscale.render.behavior): scale-up fast or default, and
+    # the scale-down window in seconds
+    scale_up: str | None = None
+    scale_down_stabilization: int | None = None
+    # The request path in front of the workload (external / external-push): trigger metadata, as text
+    request_path: str | None = None
+    request_path_format: str | None = None
+    request_path_match: str | None = None
+    replica_rate: str | None = None
     # external / external-push
     scaler_address: str | None = None
     release: str = "gpuscale"
@@ -125,8 +140,23 @@ def _metadata(o: ScaledObjectOptions) -> dict[str, str]:
         "podSelector": o.pod_selector,
         "nodeSelector": o.node_selector,
         "staleAfter": o.stale_after,
+        "requestPath": o.request_path,
+        "requestPathFormat": o.request_path_format,
+        "requestPathMatch": o.request_path_match,
+        "replicaRate": o.replica_rate,
     }
     return {k: v for k, v in keys.items() if v is not None}
+
+
+def _request_path_flags(o: ScaledObjectOptions) -> list[tuple[str, str]]:
+    """The request-path flags given, as ``(flag, value)``."""
+    flags = (
+        ("--request-path", o.request_path),
+        ("--request-path-format", o.request_path_format),
+        ("--request-path-match", o.request_path_match),
+        ("--replica-rate", o.replica_rate),
+    )
+    return [(flag, value) for flag, value in flags if value is not None]
 
 
 def resolve(o: ScaledObjectOptions) -> TriggerMetadata:
@@ -160,7 +190,6 @@ def _check_common(o: ScaledObjectOptions) -> None:
             ("--max-replicas", o.max_replicas, 1, INT32_MAX),
             ("--polling-interval", o.polling_interval, 1, INT32_MAX),
             ("--cooldown-period", o.cooldown_period, 0, INT32_MAX),
-            ("--scale-down-stabilization", o.scale_down_stabilization, 0, MAX_STABILIZATION_S),
             ("--fallback-failure-threshold", o.fallback_failure_threshold, 1, INT32_MAX),
         ]
     )
@@ -173,8 +202,16 @@ def _check_common(o: ScaledObjectOptions) -> None:
         raise UsageError(
             f'--fallback-behavior "{o.fallback_behavior}" must be one of [{", ".join(FALLBACK_BEHAVIORS)}]'
         )
+    check(o.scale_up, o.scale_down_stabilization)
     if o.mode == "prometheus" and (o.tls or o.tls_secret or o.tls_client_cert):
         raise UsageError("--tls, --tls-secret and --tls-client-cert are for --mode external or external-push")
+    path_flags = _request_path_flags(o)
+    if o.mode == "prometheus" and path_flags:
+        flag, value = path_flags[0]
+        raise UsageError(
+            f'{flag} "{value}" is for --mode external or external-push: the gpuscale scaler reads the '
+            "request path; KEDA's prometheus trigger reads only its query"
+        )
     if o.tls_client_cert and not o.tls_secret:
         raise UsageError("--tls-client-cert needs --tls-secret (the Secret holding tls.crt and tls.key)")
     if o.scaler_address:
@@ -200,6 +237,11 @@ def _decisions(md: TriggerMetadata) -> str:
         out += f", scaleAhead {md.scale_ahead}"
     if md.engine_demand is not None:
         out += f", engineDemand {md.engine_demand}"
+    if md.request_path is not None:
+        match = f", match {md.request_path_match}" if md.request_path_match else ""
+        out += f", requestPath {md.request_path} ({md.request_path_format}{match})"
+        if md.replica_rate is not None:
+            out += f", replicaRate {md.replica_rate:g}"
     return out
 
 
@@ -425,28 +467,23 @@ def scaledobject_documents(o: ScaledObjectOptions) -> list[Document]:
                 "external-push: the scaler pushes activity at once (StreamIsActive) to wake the target "
                 "from zero; KEDA still polls every pollingInterval and scales to zero only by polling."
             )
-    if o.min_replicas == 0:
+    if o.min_replicas == 0 and md.request_path is not None:
+        comment.append(_wakes(md))
+    elif o.min_replicas == 0:
         what = "engine" if md.metric in ENGINE_METRICS else "GPU"
         comment.append(
             f"minReplicaCount 0: {what} metrics of a workload with no pods are empty, so this trigger alone "
             "never wakes it; add a trigger that sees demand (a queue, requests)."
         )
+    demand = md.metric in ENGINE_METRICS or o.queue_target is not None or md.request_path is not None
+    behavior = choose(o.scale_up, o.scale_down_stabilization, max_replicas=o.max_replicas, demand=demand)
     spec: dict[str, Any] = {
         "scaleTargetRef": target.ref(),
         "pollingInterval": o.polling_interval,
         "cooldownPeriod": o.cooldown_period,
         "minReplicaCount": o.min_replicas,
         "maxReplicaCount": o.max_replicas,
-        "advanced": {
-            "horizontalPodAutoscalerConfig": {
-                "behavior": {
-                    "scaleDown": {
-                        "stabilizationWindowSeconds": o.scale_down_stabilization,
-                        "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
-                    }
-                }
-            }
-        },
+        "advanced": {"horizontalPodAutoscalerConfig": {"behavior": behavior.spec()}},
         "triggers": [trigger],
     }
     if o.queue_target is not None:
@@ -468,6 +505,7 @@ def scaledobject_documents(o: ScaledObjectOptions) -> list[Document]:
             "GetMetrics: a scaler that cannot be reached at all fails GetMetricSpec first and the fallback "
             "never starts (kedacore/keda#8056); the HPA then keeps the current replicas."
         )
+    comment.extend(behavior.says())
     so = {
         "apiVersion": "keda.sh/v1alpha1",
         "kind": "ScaledObject",
@@ -479,6 +517,23 @@ def scaledobject_documents(o: ScaledObjectOptions) -> list[Document]:
     if o.tls_secret:
         docs.insert(0, _trigger_auth(o, name))
     return docs
+
+
+def _wakes(md: TriggerMetadata) -> str:
+    """The comment on a workload at zero replicas whose trigger reads a request path."""
+    if md.replica_rate is not None:
+        asks = f"ceil(demand / {md.replica_rate:g}) replicas (replicaRate)"
+    elif md.metric == "request_rate":
+        asks = f"ceil(demand / {md.target_value:g}) replicas (targetValue of request_rate)"
+    else:
+        asks = (
+            "one replica until the scaler has learned what a replica serves (while requests wait), then "
+            "ceil(demand / that); --replica-rate says it from the start"
+        )
+    return (
+        f"minReplicaCount 0: the request path (Service {md.request_path}, {md.request_path_format}) counts "
+        f"the requests that arrive with no pod to take them, so it wakes the workload and asks for {asks}."
+    )
 
 
 def _trigger_auth(o: ScaledObjectOptions, name: str) -> Document:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["DECISIONS", "ScalerMetrics", "decision_label"]
+__all__ = ["DECISIONS", "PATH_RESULTS", "ScalerMetrics", "decision_label"]
 
 # How a decision moved an answer (``Evaluation.decided``, scaling/answer.py) → the ``decision`` label: the
 # text without its figures ("ahead 120 s" → ahead), so the label's values are these few.
@@ -17,7 +17,21 @@ DECISIONS = {
     "backlog hold": "backlog_hold",
     "all pods loading": "all_pods_loading",
     "uncapped by the engines' demand": "uncapped",
+    "request path": "request_path",
+    "capacity": "capacity",
 }
+
+# The ``result`` of a request path's read (scaler/pathpoller.py).
+PATH_RESULTS = (
+    "ok",
+    "timeout",
+    "too_large",
+    "http_error",
+    "connect_error",
+    "parse_error",
+    "no_series",
+    "no_endpoint",
+)
 
 
 def decision_label(decided: str) -> str:
@@ -104,12 +118,35 @@ class ScalerMetrics:
             ["namespace", "scaledobject"],
             registry=registry,
         )
+        self.capacity = Gauge(
+            "gpuscale_workload_replica_capacity_requests_per_second",
+            "What one replica of a ScaledObject's workload serves, as the scaler learned it while requests "
+            "waited on its pods (request_rate triggers): the median of its last observations",
+            ["namespace", "scaledobject"],
+            registry=registry,
+        )
         self.decisions = Counter(
             "gpuscale_scaler_decisions",
             "GetMetrics answers of a ScaledObject that a decision moved from the plain value, by decision: "
             "ahead (scaleAhead), n_minus_1_guard, kv_cache_guard, backlog_hold, all_pods_loading, uncapped "
-            "(GPU utilization uncapped by the engines' demand)",
+            "(GPU utilization uncapped by the engines' demand), request_path (the demand the request path "
+            "counts), capacity (the demand at a replica's learned capacity)",
             ["namespace", "scaledobject", "decision"],
+            registry=registry,
+        )
+        self.request_path_reads = Counter(
+            "gpuscale_scaler_request_path_reads",
+            "Reads of a request path's endpoints (scaler/pathpoller.py), per Service, by result: ok, "
+            "timeout, too_large, http_error, connect_error, parse_error, no_series (no series of the "
+            "workload), no_endpoint (no ready endpoint, or the Service cannot be used: one per round)",
+            ["namespace", "service", "result"],
+            registry=registry,
+        )
+        self.request_path_demand = Gauge(
+            "gpuscale_scaler_request_path_demand",
+            "The demand a ScaledObject's request path said at its last evaluation, requests/s (arrivals' "
+            "rate plus what it holds over requestPathDrainSeconds); absent while the source is missing",
+            ["namespace", "scaledobject"],
             registry=registry,
         )
         self._missing_keys: dict[tuple[str, str], None] = {}
@@ -148,11 +185,39 @@ class ScalerMetrics:
         self._touch(namespace, name)
         self.cold_start.labels(namespace, name).set(seconds)
 
+    def set_capacity(self, namespace: str, name: str, rate: float) -> None:
+        """``gpuscale_workload_replica_capacity_requests_per_second`` of one ScaledObject."""
+        self._touch(namespace, name)
+        self.capacity.labels(namespace, name).set(rate)
+
     def count_decision(self, namespace: str, name: str, decided: str) -> None:
         """One ``GetMetrics`` answer moved by the decision ``decided`` (nothing for the plain value: "")."""
         if decided:
             self._touch(namespace, name)
             self.decisions.labels(namespace, name, decision_label(decided)).inc()
+
+    def set_path_demand(self, namespace: str, name: str, demand: float | None) -> None:
+        """``gpuscale_scaler_request_path_demand`` of one ScaledObject (``None``: missing, no series)."""
+        self._touch(namespace, name)
+        if demand is None:
+            try:
+                self.request_path_demand.remove(namespace, name)
+            except KeyError:
+                pass
+        else:
+            self.request_path_demand.labels(namespace, name).set(demand)
+
+    def count_path_read(self, namespace: str, service: str, result: str) -> None:
+        """One read of a request path's endpoint (or a round without one), by ``result``."""
+        self.request_path_reads.labels(namespace, service, result).inc()
+
+    def forget_path_source(self, namespace: str, service: str) -> None:
+        """The series of a Service no request path reads any more (bounded as the sources are)."""
+        for result in PATH_RESULTS:
+            try:
+                self.request_path_reads.remove(namespace, service, result)
+            except KeyError:
+                pass
 
     def _touch(self, namespace: str, name: str, *, limit: int = 4096) -> None:
         """At most ``limit`` ScaledObjects have per-object series (the least recently answered go first), so
@@ -169,6 +234,8 @@ class ScalerMetrics:
                 self.trigger_target,
                 self.trigger_code,
                 self.cold_start,
+                self.capacity,
+                self.request_path_demand,
             ):
                 try:
                     gauge.remove(*old)

@@ -25,6 +25,7 @@ from ..tls import TlsFiles, server_credentials
 from .discovery import Discovery, DnsDiscovery, StaticDiscovery, follow
 from .ingest import WorkerPool
 from .metrics import ScalerMetrics
+from .requestpath import PathSettings, RequestPaths
 from .service import SERVICE_NAME, ExternalScalerService, add_external_scaler
 from .state import ClusterState
 from .subscriber import AgentPool, SubscriberSettings
@@ -52,6 +53,7 @@ class ScalerSettings:
     ingest_workers: int = 0  # > 0: read the agent streams in that many child processes (scaler/ingest.py)
     event_loop: str = "auto"  # of the ingest workers
     log_format: str = "text"  # of the ingest workers (their level is the scaler's)
+    request_path: PathSettings = field(default_factory=PathSettings)  # reading triggers' requestPath
 
 
 class Scaler:
@@ -104,6 +106,7 @@ class Scaler:
         self._api_problem: str | None = None
         self._resolver: Any = None  # kube.workloads.WorkloadResolver, when there is an API
         self._pods: Any = None  # kube.workload_pods.WorkloadPodLister, likewise
+        self.request_paths: RequestPaths | None = None
         self.metrics.bind(
             agents_connected=lambda: self.pool.connected,
             agents_known=lambda: len(self.pool.addresses),
@@ -129,8 +132,9 @@ class Scaler:
         else:
             log.warning(
                 "no Kubernetes API (--kubeconfig or in-cluster): workload scope works only with podSelector "
-                "in the trigger metadata"
+                "in the trigger metadata, and requestPath (a Service) cannot be read"
             )
+        self.request_paths = RequestPaths(s.request_path, self._api, metrics=self.metrics, clock=self._clock)
         self.service = ExternalScalerService(
             self.state,
             metadata=self.metadata,
@@ -139,6 +143,7 @@ class Scaler:
             clock=self._clock,
             view_problem=self.view_problem,
             pods=pods,
+            request_paths=self.request_paths,
         )
         if isinstance(self.pool, WorkerPool):
             await self.pool.start()
@@ -203,6 +208,8 @@ class Scaler:
             await within(self._grpc.stop(grace=0.5), 3.0, "the scaler's gRPC server")
         if self._http is not None:
             await within(self._http.cleanup(), 3.0, "the scaler's HTTP server")
+        if self.request_paths is not None:
+            await within(self.request_paths.close(), 4.0, "the request path readers")
         # no call is left: the API lookups they started (shared, shielded) run on, and end before it closes
         for lookups, what in ((self._resolver, "the ScaledObject lookups"), (self._pods, "the pod lists")):
             if lookups is not None:

@@ -6,7 +6,8 @@ HPA finds them) → select them from the ``GpuSource`` → ``evaluate``.
 
 Failure semantics (``status.py`` maps errors to codes):
 
-* invalid metadata: ``INVALID_ARGUMENT`` with the ``MetadataError`` message, on every call;
+* invalid metadata: ``INVALID_ARGUMENT`` with the ``MetadataError`` message, on every call (a
+  ``requestPath`` of another namespace than the ScaledObject's, not allowed by the scaler, too);
 * ``GetMetricSpec`` answers from the metadata alone, so KEDA's fallback keeps working;
 * no agent data yet, or no fresh sample for the GPUs in scope: ``UNAVAILABLE`` from ``GetMetrics`` and
   ``IsActive`` (never a made-up 0); a workload with no pods on GPU nodes reports 0 and inactive, one whose
@@ -20,7 +21,8 @@ every pod seen Ready (from the agents and the list) is one observation of the Sc
 (``cold_start``) and ``gpuscale_workload_cold_start_seconds`` exports.
 
 ``StreamIsActive`` sends the current activity at once, then each change, evaluated on every agent update that
-touches the trigger's GPUs (or which GPUs are in scope). While there is no data it sends nothing and keeps
+touches the trigger's GPUs (or which GPUs are in scope) and on every reading of its ``requestPath`` (at zero
+replicas no GPU sample moves; ``requestpath.RequestPaths``). While there is no data it sends nothing and keeps
 the stream open; only invalid metadata and permanent lookup failures end it.
 """
 
@@ -39,17 +41,27 @@ import grpc.aio
 
 from .._proto import externalscaler_pb2 as pb
 from .._proto import externalscaler_pb2_grpc as pb_grpc
-from ..scaling.aggregate import Evaluation, extractor, smooth
+from ..scaling.aggregate import Evaluation
 from ..scaling.answer import GpuPod, answer
+from ..scaling.capacity import Capacities, saturated_rate
 from ..scaling.coldstart import ColdStarts
 from ..scaling.errors import MissingPods
-from ..scaling.keys import ENGINE_METRICS
 from ..scaling.metadata import MetadataCache, TriggerMetadata, metric_name, target
+from ..scaling.requestpath import RequestPath, demand
 from ..scaling.selector import LabelSelector, parse_selector
 from .errors import MetadataError, SelectorError
+from .explain import explain
 from .metrics import ScalerMetrics
+from .requestpath import RequestPaths, either
 from .source import ChangeFeed, GpuSource, Query, Selection
-from .status import EmptyPool, NotReady, NoWorkloadSelector, ScopeNotServed, status_code
+from .status import (
+    EmptyPool,
+    NotReady,
+    NoWorkloadSelector,
+    RequestPathNeedsApi,
+    ScopeNotServed,
+    status_code,
+)
 from .wire import (
     ScaledObjectKey,
     is_active_response,
@@ -118,10 +130,13 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         view_problem: Callable[[], str | None] | None = None,
         pods: PodLister | None = None,
         cold_starts: ColdStarts | None = None,
+        request_paths: RequestPaths | None = None,
     ) -> None:
         self.source = source
+        self.request_paths = request_paths
         self.pods = pods
         self.cold_starts = cold_starts or ColdStarts()
+        self.capacities = Capacities()
         # per ScaledObject, the agents' and the list's pods last learned from (skipped while unchanged)
         self._learned: dict[str, tuple[object, object]] = {}
         self._view_problem = view_problem
@@ -200,7 +215,11 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
                     yield is_active_response(active)
                 if feed is None:  # no query yet (data or the API missing): look again shortly
                     feed = _Retry()
-                await feed.wait()
+                if md is not None and md.request_path is not None and self.request_paths is not None:
+                    # at zero replicas no GPU sample moves: the request path's next reading wakes it too
+                    await either(feed.wait(), self.request_paths.wait(key.namespace, md))
+                else:
+                    await feed.wait()
         except Exception as e:
             code = status_code(e)
             await self._abort(method, context, code, e)
@@ -217,6 +236,8 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         problem = self.source.scope_problem(md.scope)
         if problem is not None:
             raise ScopeNotServed(problem)
+        if md.request_path is not None and self.request_paths is not None:
+            self.request_paths.key(key.namespace, md, key.metadata.get("requestPath"))  # where it may point
         return md
 
     async def query(self, key: ScaledObjectKey, md: TriggerMetadata) -> Query:
@@ -267,16 +288,21 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         where = f"ScaledObject {key.namespace}/{key.name}" if key is not None else "the workload"
         gpu_pods, replicas = self._gpu_pods(query, selection)
         cold_start = self._learn(key, query, selection)
+        now = self._clock()
+        path = self._request_path(key, md, query, now)
+        capacity = self._capacity(key, md, query, gpu_pods, selection, now)
         try:
             result = answer(
                 md,
                 selection.series,
-                now=self._clock(),
+                now=now,
                 gpu_pods=gpu_pods,
                 workload=where,
                 engines=selection.engines,
                 replicas=replicas,
                 cold_start=cold_start,
+                request_path=path,
+                capacity=capacity,
             )
         except MissingPods as e:
             self._note_missing(key, md.metric, e.missing, str(e))
@@ -285,99 +311,53 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
             self._note_missing(key, md.metric, result.missing, ", ".join(result.missing_where))
         return result
 
+    def _capacity(
+        self,
+        key: ScaledObjectKey | None,
+        md: TriggerMetadata,
+        query: Query,
+        gpu_pods: Sequence[GpuPod],
+        selection: Selection,
+        now: float,
+    ) -> float | None:
+        """A ``request_rate`` ScaledObject's replica capacity: one more observation while requests wait on
+        its Ready pods (``scaling.capacity``), and what is learned (``None``: nothing yet)."""
+        if key is None or not key.name or query.scope != "workload" or md.metric != "request_rate":
+            return None
+        name = f"{key.namespace}/{key.name}"
+        ready = frozenset(p.name for p in gpu_pods if p.ready is not False)
+        rate = saturated_rate(md, selection.engines, ready, now) if self.capacities.due(name, now) else None
+        if rate is not None:
+            self.capacities.observe(name, now, rate)
+        learned = self.capacities.rate(name)
+        if learned is not None and self.metrics is not None:
+            self.metrics.set_capacity(key.namespace, key.name, learned)
+        return learned
+
+    def _request_path(
+        self, key: ScaledObjectKey | None, md: TriggerMetadata, query: Query, now: float
+    ) -> RequestPath | None:
+        """What is held of the trigger's request path (``None``: none, or not workload scope), from memory;
+        its demand exported per ScaledObject. ``FAILED_PRECONDITION`` without the Kubernetes API."""
+        if md.request_path is None or query.scope != "workload":
+            return None
+        if self.request_paths is None:
+            raise RequestPathNeedsApi(
+                f'parameter "requestPath" value "{md.request_path}": the request path is a Service, found '
+                "through the Kubernetes API, and this server has none"
+            )
+        namespace = key.namespace if key is not None else query.namespace or ""
+        written = key.metadata.get("requestPath") if key is not None else None
+        path = self.request_paths.path(namespace, md, written)
+        if key is not None and key.name and self.metrics is not None:
+            pd = demand(path, now, md.request_path_drain_seconds)
+            self.metrics.set_path_demand(key.namespace, key.name, None if pd is None else pd.demand)
+        return path
+
     async def explain(self, key: ScaledObjectKey) -> dict[str, object]:
         """What a ScaledObject resolved to and how its answer came about, for people (``query --explain``):
-        its pods and their nodes, each GPU's smoothed value, sample count and newest sample's age, which were
-        left out and why, the missing pods, and the answer (or the error KEDA gets)."""
-        out: dict[str, object] = {"scaledObject": f"{key.namespace}/{key.name}"}
-        try:
-            md = self._parse(key)
-            query = await self.query(key, md)
-        except Exception as e:
-            out["error"] = {"code": status_code(e).name, "message": str(e)}
-            return out
-        out["metadata"] = {
-            "metric": md.metric,
-            "aggregation": md.aggregation,
-            "targetValue": md.target_value,
-            "window": md.window,
-            "staleAfter": md.stale_after,
-            "scope": md.scope,
-            "profile": md.profile,
-        }
-        out["query"] = {
-            "scope": query.scope,
-            "namespace": query.namespace,
-            "podSelector": str(query.pod_selector) if query.pod_selector is not None else None,
-            "nodeSelector": str(query.node_selector) if query.node_selector is not None else None,
-        }
-        now = self._clock()
-        selection = self.source.select(query)
-        gpus: list[dict[str, object]] = []
-        for series in selection.series:
-            gpu: dict[str, object] = {"uuid": series.uuid, "pod": series.pod}
-            if md.metric in ENGINE_METRICS:
-                gpus.append(gpu)
-                continue
-            extract = extractor(md.metric, md.share, series.pids, series.attributed)
-            smoothed = smooth(series.samples, extract, now=now, window=md.window, stale_after=md.stale_after)
-            if smoothed is None:
-                newest = series.samples[-1].timestamp if len(series.samples) else None
-                gpu["leftOut"] = (
-                    "no sample of the metric newer than staleAfter"
-                    if newest is None or now - newest > md.stale_after
-                    else "its fresh samples do not report the metric"
-                )
-                gpu["newestSampleAge"] = None if newest is None else round(now - newest, 3)
-            else:
-                gpu["value"] = smoothed.value
-                gpu["samples"] = smoothed.samples
-                gpu["newestSampleAge"] = round(smoothed.newest_age, 3)
-            gpus.append(gpu)
-        out["gpus"] = gpus
-        gpu_pods, _ = self._gpu_pods(query, selection)
-        starts = {p.pod: p.ready_at - p.scheduled_at for p in selection.started}
-        for p in self._listed(query) or ():
-            if p.scheduled_at is not None and p.ready_at is not None:
-                starts.setdefault(p.name, p.ready_at - p.scheduled_at)
-        out["gpuPods"] = [
-            {
-                "pod": p.name,
-                "node": p.node,
-                "agentConnected": p.connected,
-                "reportedByAgent": p.reported,
-                "ready": p.ready,
-                "scheduledToReadySeconds": starts.get(p.name) if p.ready else None,
-            }
-            for p in gpu_pods
-        ]
-        if query.scope == "workload":
-            out["coldStartSeconds"] = self.cold_starts.seconds(f"{key.namespace}/{key.name}")
-        if selection.engines:
-            out["engines"] = [
-                {"pod": e.pod, "readings": len(e.samples), "missing": e.missing} for e in selection.engines
-            ]
-        try:
-            result = self.evaluate(md, query, key=key)
-        except Exception as e:
-            out["error"] = {"code": status_code(e).name, "message": str(e)}
-            return out
-        out["answer"] = {
-            "value": result.value,
-            "aggregate": result.aggregate,
-            "active": result.active,
-            "pods": result.pods,
-            "gpus": result.gpus,
-            "missingPods": result.missing,
-            "missingWhere": list(result.missing_where),
-            "loadingPods": result.loading,
-            # how the decisions moved it (scaling.answer): "ahead 120 s", "N-1 guard", "KV-cache guard",
-            # "all pods loading", "uncapped by the engines' demand (x1.80)", "" (the plain value); and the
-            # present value (the newest readings'), when the answer would scale down (where the guards look)
-            "decided": result.decided,
-            "present": result.present,
-        }
-        return out
+        ``scaler.explain.explain``."""
+        return await explain(self, key)
 
     def _gpu_pods(self, query: Query, selection: Selection) -> tuple[tuple[GpuPod, ...], int | None]:
         """The workload's GPU pods as the answer counts them, and its replica count when the API tells it

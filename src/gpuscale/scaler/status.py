@@ -7,10 +7,12 @@ Hierarchy (under ``ScalerError``, see ``errors.py``)::
     ├── NoDataError          → UNAVAILABLE        (errors.py)
     ├── UnattributedPods     → UNAVAILABLE        (gpuscale.scaling.errors)
     ├── MissingPods          → UNAVAILABLE        (gpuscale.scaling.errors)
+    ├── RequestPathMissing   → UNAVAILABLE        (gpuscale.scaling.errors)
     ├── ScopeNotServed       → INVALID_ARGUMENT   this server does not answer the trigger's scope
     ├── NotReady             → UNAVAILABLE        no agent has reported yet
     ├── EmptyPool            → UNAVAILABLE        pool scope: no node with GPUs matches the nodeSelector
-    └── NoWorkloadSelector   → FAILED_PRECONDITION  workload scope without podSelector and no Kubernetes API
+    ├── NoWorkloadSelector   → FAILED_PRECONDITION  workload scope without podSelector and no Kubernetes API
+    └── RequestPathNeedsApi  → FAILED_PRECONDITION  requestPath and no Kubernetes API to find its Service
 
 ``WorkloadResolutionError`` (kube) maps to UNAVAILABLE when the API server did not answer or failed (0, 429,
 5xx), NOT_FOUND for 404, FAILED_PRECONDITION otherwise. Anything else is a bug: INTERNAL, logged.
@@ -21,10 +23,17 @@ from __future__ import annotations
 import grpc
 
 from ..kube.errors import KubeApiError
-from ..scaling.errors import MetadataError, MissingPods, NoDataError, UnattributedPods
+from ..scaling.errors import MetadataError, MissingPods, NoDataError, RequestPathMissing, UnattributedPods
 from .errors import ScalerError
 
-__all__ = ["EmptyPool", "NoWorkloadSelector", "NotReady", "ScopeNotServed", "status_code"]
+__all__ = [
+    "EmptyPool",
+    "NoWorkloadSelector",
+    "NotReady",
+    "RequestPathNeedsApi",
+    "ScopeNotServed",
+    "status_code",
+]
 
 
 class ScopeNotServed(ScalerError):
@@ -54,12 +63,18 @@ class NoWorkloadSelector(ScalerError):
     """Workload scope needs the ScaledObject's target from the Kubernetes API, and there is none."""
 
 
+class RequestPathNeedsApi(ScalerError):
+    """``requestPath`` names a Service, found through the Kubernetes API, and the scaler has none."""
+
+
 def status_code(e: BaseException) -> grpc.StatusCode:
     if isinstance(e, MetadataError | ScopeNotServed):
         return grpc.StatusCode.INVALID_ARGUMENT
-    if isinstance(e, NoDataError | NotReady | EmptyPool | UnattributedPods | MissingPods):
+    if isinstance(
+        e, NoDataError | NotReady | EmptyPool | UnattributedPods | MissingPods | RequestPathMissing
+    ):
         return grpc.StatusCode.UNAVAILABLE
-    if isinstance(e, NoWorkloadSelector):
+    if isinstance(e, NoWorkloadSelector | RequestPathNeedsApi):
         return grpc.StatusCode.FAILED_PRECONDITION
     if isinstance(e, KubeApiError):
         if e.status == 0 or e.status == 429 or e.status >= 500:

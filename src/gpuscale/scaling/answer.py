@@ -28,13 +28,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from .aggregate import Evaluation, GpuSeries, aggregate, evaluate
-from .engine import EngineSeries, gauge, pod_value, pod_value_at, served_rate
-from .errors import MissingPods, NoDataError, UnattributedPods
+from .engine import EngineSeries, gauge, in_window, pod_value, pod_value_at, served_rate
+from .errors import MissingPods, NoDataError, RequestPathMissing, UnattributedPods
 from .forecast import Forecast, forecast
 from .keys import ADDITIVE_METRICS, ENGINE_METRICS
 from .metadata import TriggerMetadata
+from .requestpath import RequestPath, demand
 
-__all__ = ["HPA_TOLERANCE", "NO_PODS", "GpuPod", "Missing", "answer", "demand_ratio", "missing_pods"]
+__all__ = [
+    "HPA_TOLERANCE",
+    "NO_PODS",
+    "GpuPod",
+    "Missing",
+    "answer",
+    "demand_ratio",
+    "missing_pods",
+    "replica_rate",
+]
 
 NO_PODS = Evaluation(
     value=0.0, aggregate=0.0, active=False, gpus=0, pods=0, skipped=0, newest_sample_age=math.inf
@@ -111,13 +121,55 @@ def answer(
     engines: Sequence[EngineSeries] = (),
     replicas: int | None = None,
     cold_start: float | None = None,
+    request_path: RequestPath | None = None,
+    capacity: float | None = None,
 ) -> Evaluation:
     """The answer for ``md`` over ``series`` at ``now`` (Unix seconds). ``gpu_pods``: in workload scope, the
     workload's pods that ask for a GPU, wherever the scaler knows them from (connected, stale or forgotten
     nodes); ``workload`` names it in errors; ``replicas``: the target's pod count as its ``status.replicas``
     has it (Pending pods too), when known: the count the HPA divides by, so a held answer holds that many;
-    ``cold_start``: the workload's learned cold start (``coldstart.ColdStarts``), seconds, when known.
-    Raise ``UnattributedPods``, ``MissingPods`` or ``NoDataError`` where there is no honest value."""
+    ``cold_start``: the workload's learned cold start (``coldstart.ColdStarts``), seconds, when known;
+    ``request_path``: what the scaler holds of the trigger's ``requestPath`` (``None``: none configured or
+    not read by this caller); ``capacity``: requests/s one replica serves, as learned
+    (``capacity.Capacities``), when known. Raise ``UnattributedPods``, ``MissingPods``, ``NoDataError`` or
+    ``RequestPathMissing`` where there is no honest value."""
+    try:
+        result = _answer(
+            md,
+            series,
+            now=now,
+            gpu_pods=gpu_pods,
+            workload=workload,
+            engines=engines,
+            replicas=replicas,
+            cold_start=cold_start,
+        )
+    except MissingPods as e:
+        if request_path is None or md.request_path is None or md.scope != "workload":
+            raise
+        held = _missing_with_path(md, e, request_path, now, replicas, capacity)
+        if held is None:
+            raise
+        return held
+    if capacity is not None and md.metric == "request_rate":
+        result = _capacity_floor(md, result, engines, now, capacity)
+    if request_path is not None and md.request_path is not None and md.scope == "workload":
+        result = _through_request_path(md, result, request_path, now, replicas, capacity, workload)
+    return result
+
+
+def _answer(
+    md: TriggerMetadata,
+    series: Sequence[GpuSeries],
+    *,
+    now: float,
+    gpu_pods: Sequence[GpuPod],
+    workload: str,
+    engines: Sequence[EngineSeries],
+    replicas: int | None,
+    cold_start: float | None,
+) -> Evaluation:
+    """``answer`` without the request path and the learned capacity."""
     if md.metric in ENGINE_METRICS:
         result = _engine_answer(md, engines, now=now, gpu_pods=gpu_pods, workload=workload, replicas=replicas)
         return _decide(
@@ -146,6 +198,127 @@ def answer(
     except NoDataError:
         return result
     return _guard(md, result, present, count)
+
+
+def replica_rate(md: TriggerMetadata, capacity: float | None) -> float | None:
+    """Requests/s one replica is to serve, the request path's demand is divided by: ``replicaRate``, else
+    ``targetValue`` with ``request_rate`` (the same figure), else the learned ``capacity``; the learned
+    capacity where it is less than the figure given (a replica serves less than assumed). ``None``: not
+    known (the request path then only wakes the workload and holds its count)."""
+    rate = md.replica_rate
+    if rate is None and md.metric == "request_rate":
+        rate = md.target_value
+    if capacity is not None and (rate is None or capacity < rate):
+        return capacity  # a replica serves less than assumed: divide by what it serves
+    return rate
+
+
+def _through_request_path(
+    md: TriggerMetadata,
+    result: Evaluation,
+    path: RequestPath,
+    now: float,
+    replicas: int | None,
+    capacity: float | None,
+    workload: str,
+) -> Evaluation:
+    """The request path's demand on top of the answer. Where no pod is Ready (zero replicas, or every pod
+    starting) it is the demand: ``ceil(demand / rate)`` replicas (``replica_rate``), never fewer than the
+    pods already coming; so the first sync after a wake asks for the demand's replicas, 0 -> N, not 0 -> 1.
+    Where pods are Ready, the answer is at least what it counts: a floor, it never lowers the engines', and
+    active while anything arrives (a workload still asked for is not idle, however empty its queue).
+    A source with no honest reading changes nothing where pods speak, and where none does the answer is
+    ``RequestPathMissing``: never a made-up 0."""
+    pd = demand(path, now, md.request_path_drain_seconds)
+    blind = result.pods == 0 and result.missing == 0  # no pod of the workload can say anything
+    if pd is None:
+        if blind and result.loading == 0:
+            raise RequestPathMissing(workload, path.source, path.missing or "no reading yet")
+        return result
+    rate = replica_rate(md, capacity)
+    target = md.target_value
+    where = f"request path {pd.demand:.1f} req/s"
+    if blind:
+        count = max(result.loading, replicas or 0) if result.loading else 0
+        if rate is None:
+            need = 1 if pd.demand > 0 else 0
+        else:
+            need = math.ceil(pd.demand / rate - 1e-9)
+        if need <= count:
+            return result
+        return replace(result, value=target * need, aggregate=target, active=True, decided=where)
+    if pd.demand > 0 and not result.active:
+        result = replace(result, active=True)  # requests still arrive: not idle, whatever the engines say
+    if rate is None:
+        return result
+    floor = target * pd.demand / rate
+    if _ceil_ratio(floor, target) <= _ceil_ratio(result.value, target):
+        return result
+    return replace(result, value=floor, active=True, decided=where)
+
+
+def _missing_with_path(
+    md: TriggerMetadata,
+    e: MissingPods,
+    path: RequestPath,
+    now: float,
+    replicas: int | None,
+    capacity: float | None,
+) -> Evaluation | None:
+    """Too many of the workload's pods are missing (their engines or GPUs unread), yet the request path in
+    front of them counts the demand: the answer is the larger of the replicas it needs and those the workload
+    has, so missing data never scales it down and the demand still scales it up. ``None`` where the request
+    path says nothing honest either (then ``MissingPods`` stands)."""
+    pd = demand(path, now, md.request_path_drain_seconds)
+    if pd is None:
+        return None
+    count = max(replicas or 0, e.missing + e.fresh)
+    rate = replica_rate(md, capacity)
+    need = math.ceil(pd.demand / rate - 1e-9) if rate is not None else 0
+    return Evaluation(
+        value=md.target_value * max(need, count),
+        aggregate=md.target_value,
+        active=True,
+        gpus=0,
+        pods=e.fresh,
+        skipped=e.missing,
+        newest_sample_age=math.inf,
+        missing=e.missing,
+        missing_where=e.nodes,
+        decided=f"request path {pd.demand:.1f} req/s (pods missing)",
+    )
+
+
+def _capacity_floor(
+    md: TriggerMetadata, result: Evaluation, engines: Sequence[EngineSeries], now: float, capacity: float
+) -> Evaluation:
+    """``request_rate`` with a learned ``capacity`` below what the target assumes: while the Ready pods'
+    queue grows, the answer is never below the replicas the present demand needs at that capacity,
+    ``ceil(demand / capacity)``, so a trigger whose target a replica cannot serve does not stop short."""
+    if result.pods == 0 or result.missing or capacity <= 0 or not _queue_grows(md, engines, result, now):
+        return result
+    need = math.ceil(result.value / capacity - 1e-9)
+    if need <= _ceil_ratio(result.value, md.target_value):
+        return result
+    return replace(result, value=md.target_value * need, decided=f"capacity {capacity:.2f} req/s")
+
+
+def _queue_grows(
+    md: TriggerMetadata, engines: Sequence[EngineSeries], result: Evaluation, now: float
+) -> bool:
+    """Whether the requests waiting on the answer's pods grew over the window (newest over oldest reading)."""
+    first = last = 0.0
+    for e in engines:
+        if e.pod not in result.fresh_pods or e.departed or not e.samples:
+            continue
+        recent = in_window(e.samples, now, max(md.window, 2.0))
+        if len(recent) < 2:
+            return False
+        a, b = gauge(recent[0], "waiting", md.model), gauge(recent[-1], "waiting", md.model)
+        if a is None or b is None:
+            return False
+        first, last = first + a, last + b
+    return last > first
 
 
 def _gpu_answer(

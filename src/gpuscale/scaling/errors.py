@@ -12,8 +12,10 @@ Hierarchy::
         │                        never answered with a made-up 0
         ├── UnattributedPods     workload scope: pods asking for a GPU run on GPU nodes, none has a GPU
         │                        attributed (gRPC: UNAVAILABLE), never a made-up 0
-        └── MissingPods          workload scope: no GPU pod is fresh, or more than maxMissingPercent
-                                 are missing (gRPC: UNAVAILABLE)
+        ├── MissingPods          workload scope: no GPU pod is fresh, or more than maxMissingPercent
+        │                        are missing (gRPC: UNAVAILABLE)
+        └── RequestPathMissing   the workload has no Ready pod and its request path has no honest reading:
+                                 unreachable, failing, not read yet (gRPC: UNAVAILABLE)
 
 ``MetadataError`` and ``ProfileError`` are raised only after every problem has been collected. The scaler
 service maps them to gRPC codes (``gpuscale.scaler.status``); the simulator and ``render`` turn them into
@@ -29,6 +31,7 @@ __all__ = [
     "MissingPods",
     "NoDataError",
     "ProfileError",
+    "RequestPathMissing",
     "ScalingError",
     "SelectorError",
     "UnattributedPods",
@@ -124,4 +127,17 @@ class MissingPods(ScalingError):
         super().__init__(
             f"{workload}: {missing} of {total} GPU pod{'s' if total != 1 else ''} have no fresh sample "
             f"({why}): {', '.join(nodes)}; KEDA keeps the replicas or applies its fallback"
+        )
+
+
+class RequestPathMissing(ScalingError):
+    """Workload scope with ``requestPath``: no pod of the workload is there to speak (zero replicas) and its
+    request path says nothing honest (``why``). Never a made-up 0: KEDA keeps the replicas or applies its
+    fallback."""
+
+    def __init__(self, workload: str, source: str, why: str) -> None:
+        self.source, self.why = source, why
+        super().__init__(
+            f"{workload}: no pod is Ready and the request path ({source}) has no reading: {why}; KEDA keeps "
+            "the replicas or applies its fallback"
         )

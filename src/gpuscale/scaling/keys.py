@@ -34,6 +34,7 @@ __all__ = [
     "KEY_NAMES",
     "METRICS",
     "PROFILE_KEYS",
+    "REQUEST_PATH_FORMATS",
     "SCALE_AHEAD",
     "SCOPES",
     "SHARES",
@@ -50,7 +51,7 @@ __all__ = [
     "show",
 ]
 
-Kind = Literal["choice", "number", "selector", "name"]
+Kind = Literal["choice", "number", "selector", "name", "service"]
 
 Metric = Literal[
     "dram_active",
@@ -98,6 +99,10 @@ ADDITIVE_METRICS: Final = frozenset(
     {"generation_tokens_per_second", "queue_length", "request_rate", "requests_in_flight"}
 )
 SCALE_AHEAD: Final = ("auto", "off")
+# How the request path's source writes its metrics (gpuscale.scaler.gateways maps each; docs/gateways.md
+# cites each project's source): the Gateway API Inference Extension's endpoint picker, Envoy, ingress-nginx,
+# the KEDA HTTP add-on's interceptor, vLLM production-stack's router.
+REQUEST_PATH_FORMATS: Final = ("envoy", "epp", "ingress-nginx", "keda-http", "vllm-router")
 ENGINE_DEMAND: Final = ("auto", "off")
 AGGREGATIONS: Final[tuple[Aggregation, ...]] = get_args(Aggregation)
 SCOPES: Final[tuple[Scope, ...]] = get_args(Scope)
@@ -222,6 +227,42 @@ KEYS: Final[tuple[Key, ...]] = (
         "with an empty queue is not idle.",
         "a finite number > 0, at most 100. Only with an engine metric",
         default_doc="none", profile=True, exclusive=True, maximum=100.0),
+    Key("requestPath", "request_path", "service",
+        "Where the request path in front of the workload (its gateway, router or ingress) serves its "
+        "metrics: the scaler reads it every second and so sees the demand at zero replicas and while every "
+        "pod loads: a wake asks for the demand's replicas, not one, and where pods are Ready the answer is "
+        "at least what it counts. See [gateways](gateways.md).",
+        "a Service of the ScaledObject's namespace, `name:port[/path]` (port: a number or the port's name; "
+        "path: default `/metrics`); `namespace/name:port[/path]` for a namespace the scaler's "
+        "`--request-path-namespaces` allows. Never a URL or an address. Only with scope `workload`",
+        default_doc="none", scopes=("workload",)),
+    Key("requestPathFormat", "request_path_format", "choice",
+        "Which project serves `requestPath`, so which of its series count the workload's arrivals and the "
+        "requests it holds ([gateways](gateways.md)).",
+        "`envoy` (Envoy's own stats: Envoy Gateway, Istio), `epp` (the Gateway API Inference Extension's "
+        "endpoint picker, llm-d's too), `ingress-nginx`, `keda-http` (the KEDA HTTP add-on's interceptor), "
+        "`vllm-router` (vLLM production-stack). **Required** with `requestPath`",
+        choices=REQUEST_PATH_FORMATS),
+    Key("requestPathMatch", "request_path_match", "name",
+        "The value of the format's workload label whose series count: EPP: the model clients ask for "
+        "(`model_name`; one endpoint picker serves one InferencePool); Envoy: the cluster "
+        "(`envoy_cluster_name`, Istio's `cluster_name`); ingress-nginx: the ingress or its service; KEDA "
+        "HTTP add-on: the route, the HTTPScaledObject's or InterceptorRoute's name (`route_name`; `host` in "
+        "older add-ons); vLLM router: the model ([gateways](gateways.md)).",
+        "any non-empty text. Only with `requestPath`",
+        default_doc="every series of the format, added up"),
+    Key("replicaRate", "replica_rate", "number",
+        "Requests per second one replica is to serve: the request path's demand is divided by it, so a "
+        "wake from zero asks for `ceil(demand / replicaRate)` replicas.",
+        "a finite number > 0. Only with `requestPath`",
+        default_doc="`targetValue` with metric `request_rate`; else the replica's capacity learned while "
+        "requests wait; before that the request path only wakes the workload and holds its count",
+        profile=True, exclusive=True),
+    Key("requestPathDrainSeconds", "request_path_drain_seconds", "number",
+        "The requests the request path holds count as demand to be drained within this many seconds (how "
+        "long their clients wait).",
+        "a finite number > 0, at most 3600",
+        default=60.0, profile=True, exclusive=True, maximum=3600.0),
     Key("podSelector", "pod_selector", "selector",
         "Overrides how the workload's pods are found (normally the `/scale` selector of `scaleTargetRef`).",
         "a Kubernetes label selector string: `app=llm`, `tier!=canary`, `tier in (a,b)`, `tier notin (a,b)`, "

@@ -31,6 +31,7 @@ from .profiles import (
     combination_problems,
     field_value,
 )
+from .requestpath import RequestPathRef, parse_ref
 from .selector import LabelSelector, parse_selector
 
 __all__ = [
@@ -74,6 +75,11 @@ class TriggerMetadata:
     scale_ahead: str = "off"
     kv_cache_guard: float | None = None
     engine_demand: str | None = None  # None: auto where it applies (gpu_utilization, workload scope)
+    request_path: RequestPathRef | None = None
+    request_path_format: str | None = None
+    request_path_match: str | None = None
+    replica_rate: float | None = None
+    request_path_drain_seconds: float = 60.0
 
     @property
     def metric_name(self) -> str:
@@ -167,6 +173,7 @@ def parse_metadata(metadata: Mapping[str, str], profiles: ProfileSet | None = No
                 f'parameter "model" value {show(model)} is only allowed with an engine metric '
                 f'({", ".join(sorted(keys.ENGINE_METRICS))}); metric is "{values["metric"]}"'
             )
+    request_path = _request_path(raw, values, scope, problems)
     for key, bad, tail in combination_problems(
         metric=cast(Metric | None, values.get("metric")),
         aggregation=cast(Aggregation | None, values.get("aggregation")),
@@ -205,7 +212,44 @@ def parse_metadata(metadata: Mapping[str, str], profiles: ProfileSet | None = No
         if values.get("kvCacheGuard") is None
         else float(cast(float, values["kvCacheGuard"])),
         engine_demand=cast(str | None, values.get("engineDemand")),
+        request_path=request_path,
+        request_path_format=cast(str | None, explicit.get("requestPathFormat")),
+        request_path_match=cast(str | None, raw.get("requestPathMatch")),
+        replica_rate=None if values.get("replicaRate") is None else float(cast(float, values["replicaRate"])),
+        request_path_drain_seconds=float(cast(float, values["requestPathDrainSeconds"])),
     )
+
+
+def _request_path(
+    raw: Mapping[str, object], values: dict[str, object], scope: object, problems: list[str]
+) -> RequestPathRef | None:
+    """``requestPath`` and the keys that go with it: the Service, its format (required), its match."""
+    text = raw.get("requestPath")
+    ref: RequestPathRef | None = None
+    if text is not None:
+        ref, tail = parse_ref(cast(str, text))
+        if tail is not None:
+            problems.append(f'parameter "requestPath" value {show(text)} {tail}')
+        elif scope is not None and scope != "workload":
+            problems.append(
+                f'parameter "requestPath" value {show(text)} is only allowed with scope "workload" '
+                f'(scope is "{scope}")'
+            )
+        if "requestPathFormat" not in raw:
+            allowed = ", ".join(keys.REQUEST_PATH_FORMATS)
+            problems.append(
+                f'parameter "requestPathFormat" is required with "requestPath"; give one of [{allowed}]'
+            )
+    match = raw.get("requestPathMatch")
+    if match is not None and (not isinstance(match, str) or not match.strip() or match != match.strip()):
+        problems.append(
+            f'parameter "requestPathMatch" value {show(match)} must be the workload label\'s value (no '
+            "surrounding spaces); leave it out for every series"
+        )
+    for key in ("requestPathFormat", "requestPathMatch", "replicaRate"):
+        if text is None and key in raw:
+            problems.append(f'parameter "{key}" value {show(raw[key])} is only allowed with "requestPath"')
+    return ref
 
 
 def _note(

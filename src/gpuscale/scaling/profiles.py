@@ -185,6 +185,8 @@ class Profile:
     scale_ahead: str | None = None
     engine_demand: str | None = None
     kv_cache_guard: float | None = None
+    replica_rate: float | None = None
+    request_path_drain_seconds: float | None = None
 
     def as_metadata(self) -> dict[str, str]:
         """The trigger metadata keys this profile sets, as text (numbers with every digit)."""

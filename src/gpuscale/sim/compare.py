@@ -30,6 +30,9 @@ STANDARD_SET = (
     "burst-train",
     "diurnal-day",
     "spike-after-idle",
+    "bursts-after-idle",
+    "azure-conv",
+    "llm-step-slow-replica",
 )
 # The policies every trace of the set compares.
 STANDARD_POLICIES = (

@@ -26,10 +26,12 @@ from typing import Literal, overload
 from ..model import EngineSample, GpuSample, ModelSignals
 from ..scaling.aggregate import GpuSeries
 from ..scaling.answer import LOOKBACK_MAX_S, GpuPod, answer
+from ..scaling.capacity import Capacities, saturated_rate
 from ..scaling.coldstart import ColdStarts
 from ..scaling.engine import EngineSeries, PodValueMemo
-from ..scaling.errors import MissingPods, NoDataError, UnattributedPods
+from ..scaling.errors import MissingPods, NoDataError, RequestPathMissing, UnattributedPods
 from ..scaling.keys import ENGINE_METRICS
+from ..scaling.requestpath import PathReading, RequestPath
 from .controller import reconcile
 from .faults import Fault
 from .hpa import (
@@ -173,6 +175,12 @@ class _Run:
     # the workload's cold start as the scaler learns it from its pods (scheduled to Ready)
     cold_starts: ColdStarts = field(default_factory=ColdStarts)
     aborts_counted: bool = False  # workload.aborts_counted: the engines count an abandoned request
+    # what the request path in front of the workload counts each second: the requests arrived so far, and
+    # those it holds (waiting with no Ready pod to take them)
+    path: list[PathReading] = field(default_factory=list)
+    arrived: float = 0.0
+    # a replica's capacity as the scaler learns it while requests wait (request_rate triggers)
+    capacities: Capacities = field(default_factory=Capacities)
 
 
 def _sampled(run: _Run, times: tuple[int, ...]) -> list[Observation]:
@@ -267,6 +275,8 @@ def gpuscale_reading(
     loading: Iterable[str] = (),
     replicas: int | None = None,
     cold_start: float | None = None,
+    request_path: RequestPath | None = None,
+    capacity: float | None = None,
 ) -> tuple[float | None, bool]:
     """(value for GetMetrics, IsActive) of a gpuscale trigger, as the scaler answers them; ``None``: the
     scaler answers ``UNAVAILABLE``. Every series is one of the workload's Running pods, each asking for a
@@ -291,8 +301,10 @@ def gpuscale_reading(
             engines=engines,
             replicas=replicas,
             cold_start=cold_start,
+            request_path=request_path,
+            capacity=capacity,
         )
-    except (NoDataError, UnattributedPods, MissingPods):
+    except (NoDataError, UnattributedPods, MissingPods, RequestPathMissing):
         return None, False
     return result.value, result.active
 
@@ -318,16 +330,36 @@ def _trigger_value(policy: Policy, src: MetricSource, run: _Run, t: int) -> tupl
     )
     running = set(run.history[-1].ready) | set(run.history[-1].loading) if run.history else set()
     seen = run.history[max(0, min(len(run.history) - 1, int(visible)))] if run.history else None
+    md = trig.metadata
+    now = t + _READ_OFFSET
+    path: RequestPath | None = None
+    if md.request_path is not None:
+        until = t - policy.gpuscale.request_path_delay
+        n = bisect.bisect_right(run.path, float(until), key=lambda r: r.timestamp)
+        path = RequestPath(run.path[max(0, n - _PATH_KEPT) : n], source="the simulated gateway")
+    capacity: float | None = None
+    if md.metric == "request_rate" and engines and seen is not None:
+        ready = frozenset(f"sim/{name}" for name in seen.ready)
+        rate = saturated_rate(md, engines, ready, now) if run.capacities.due(_WORKLOAD, now) else None
+        if rate is not None:
+            run.capacities.observe(_WORKLOAD, now, rate)
+        capacity = run.capacities.rate(_WORKLOAD)
     return gpuscale_reading(
         trig,
         series,
-        t + _READ_OFFSET,
+        now,
         engines,
         run.dark & running,
         loading=seen.loading if seen is not None else (),
         replicas=len(run.pods),
         cold_start=run.cold_starts.seconds(_WORKLOAD),
+        request_path=path,
+        capacity=capacity,
     )
+
+
+# the request path's readings an answer is given: the last 30 s (its rate looks back 5 s)
+_PATH_KEPT = 30
 
 
 def _sample_gpus(
@@ -568,6 +600,10 @@ def simulate(
     run.aborts_counted = workload.aborts_counted
     memory_total = int(workload.gpu_memory_gib * 2**30)
     reads_engines = _reads_engines(policy)
+    reads_path = any(
+        s.trigger is not None and s.trigger.metadata is not None and s.trigger.metadata.request_path
+        for s in policy.sources
+    )
     has_push = so is not None and any(s.trigger is not None and s.trigger.push for s in policy.sources)
     has_gpuscale = any(s.via == "gpuscale" for s in policy.sources)
     cols: tuple[list[float], ...] = tuple([] for _ in range(12))
@@ -576,6 +612,11 @@ def simulate(
         ready = sum(1 for p in run.pods if t >= p.ready_at)
         capacity = ready * workload.capacity_per_replica
         step = run.queue.step(t, d, capacity)
+        if reads_path:
+            run.arrived += d
+            run.path.append(PathReading(float(t), run.arrived, step.waiting if ready == 0 else 0.0))
+            if len(run.path) > 2 * _PATH_KEPT:
+                del run.path[:_PATH_KEPT]
         obs = observe(run.pods, d, workload, t, step)
         if run.history and _same(run.history[-1], obs):
             obs = replace(obs, ready=run.history[-1].ready, loading=run.history[-1].loading)

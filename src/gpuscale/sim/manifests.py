@@ -362,11 +362,16 @@ def _pipelines(
     pp = f"{path}.pipeline"
     c.known(pipe, pp, ("gpuscale", "prometheus"))
     g = c.mapping(pipe, "gpuscale", pp, required=False) or {}
-    c.known(g, f"{pp}.gpuscale", ("samplingIntervalSeconds", "delaySeconds", "readEngines"))
+    c.known(
+        g,
+        f"{pp}.gpuscale",
+        ("samplingIntervalSeconds", "delaySeconds", "readEngines", "requestPathDelaySeconds"),
+    )
     gpuscale = GpuscalePipeline(
         c.integer(g, "samplingIntervalSeconds", f"{pp}.gpuscale", default=1, minimum=1),
         c.integer(g, "delaySeconds", f"{pp}.gpuscale", default=0, minimum=0),
         c.boolean(g, "readEngines", f"{pp}.gpuscale", default=False),
+        c.integer(g, "requestPathDelaySeconds", f"{pp}.gpuscale", default=1, minimum=0, maximum=3600),
     )
     p = c.mapping(pipe, "prometheus", pp, required=False) or {}
     ppp = f"{pp}.prometheus"

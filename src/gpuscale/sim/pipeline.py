@@ -95,6 +95,9 @@ class GpuscalePipeline:
     # the agents also read the engines for a GPU trigger (the pods announce their /metrics): then a
     # GPU-utilization answer is uncapped by the engines' demand; engine triggers always read them
     read_engines: bool = False
+    # the scaler reads a trigger's request path (``requestPath``) every second; its readings reach the
+    # answer this many seconds after the second they count
+    request_path_delay: int = 1
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, cast
@@ -23,6 +24,7 @@ from .errors import ScenarioError
 from .hpa import ControllerConfig
 from .manifests import parse_policy
 from .workload import (
+    BurstsDemand,
     ConstantDemand,
     DemandShape,
     DiurnalDemand,
@@ -35,7 +37,7 @@ from .workload import (
 __all__ = ["Scenario", "parse_scenario"]
 
 MAX_DURATION = 7 * 86400
-_SHAPES = ("constant", "step", "spike", "diurnal", "points", "csv")
+_SHAPES = ("constant", "step", "spike", "diurnal", "points", "csv", "bursts")
 
 
 @dataclass(frozen=True)
@@ -177,8 +179,56 @@ def _csv_points(
     return _points(c, items, f"{path}.file({file}) rows")
 
 
+def _range(
+    c: Checker, raw: dict[str, object], key: str, path: str, *, minimum: int, whole: bool
+) -> tuple[float, float]:
+    """A ``[low, high]`` pair of numbers >= ``minimum`` (``whole``: integers), low <= high; required."""
+    here = f"{path}.{key}"
+    value = raw.get(key)
+    if value is None:
+        c.fail(here, "is required")
+        return (minimum, minimum)
+    kind = int if whole else int | float
+    ok = (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(v, kind) and not isinstance(v, bool) and minimum <= v < math.inf for v in value)
+        and value[0] <= value[1]
+    )
+    if not ok:
+        numbers = "integers" if whole else "numbers"
+        c.bad(here, value, f"a pair [low, high] of {numbers} >= {minimum}, low <= high")
+        return (minimum, minimum)
+    assert isinstance(value, list)
+    return (value[0], value[1])
+
+
+def _bursts(c: Checker, raw: dict[str, object], path: str, until: int) -> BurstsDemand:
+    base = c.number(raw, "base", path, default=None, minimum=0)
+    burst_seconds = _range(c, raw, "burstSeconds", path, minimum=1, whole=True)
+    burst_multiple = _range(c, raw, "burstMultiple", path, minimum=0, whole=False)
+    gap_seconds = _range(c, raw, "gapSeconds", path, minimum=0, whole=True)
+    gap_demand = _range(c, raw, "gapDemand", path, minimum=0, whole=False)
+    start = (
+        c.integer(raw, "startSeconds", path, default=0, minimum=0)
+        if raw.get("startSeconds") is not None
+        else None
+    )
+    seed = c.integer(raw, "seed", path, default=0, minimum=0)
+    return BurstsDemand.draw(
+        base,
+        (int(burst_seconds[0]), int(burst_seconds[1])),
+        burst_multiple,
+        (int(gap_seconds[0]), int(gap_seconds[1])),
+        gap_demand,
+        until=until,
+        start_seconds=start,
+        seed=seed,
+    )
+
+
 def _demand(
-    c: Checker, doc: dict[str, object], read_text: Callable[[str], str] | None
+    c: Checker, doc: dict[str, object], read_text: Callable[[str], str] | None, duration: int
 ) -> tuple[DemandShape, int | None]:
     raw = c.mapping(doc, "demand", "", required=True) or {"shape": "constant", "value": 0}
     p = "demand"
@@ -190,6 +240,15 @@ def _demand(
         "diurnal": ("min", "max", "periodSeconds", "peakAtSeconds"),
         "points": ("points", "interpolation"),
         "csv": ("file", "timeColumn", "valueColumn", "interpolation"),
+        "bursts": (
+            "base",
+            "burstSeconds",
+            "burstMultiple",
+            "gapSeconds",
+            "gapDemand",
+            "startSeconds",
+            "seed",
+        ),
     }[shape]
     c.known(raw, p, ("shape", "stepAtSeconds", *fields))
     step_at = raw.get("stepAtSeconds")
@@ -220,6 +279,8 @@ def _demand(
         if high < low:
             c.bad(f"{p}.max", high, f"a number >= min ({low:g})")
         result = DiurnalDemand(low, high, sec("periodSeconds", 86400, 60), sec("peakAtSeconds", 50400))
+    elif shape == "bursts":
+        result = _bursts(c, raw, p, duration)
     elif shape == "points":
         result = PointsDemand(
             _points(c, c.sequence(raw, "points", p, required=True), f"{p}.points"), interpolation
@@ -271,7 +332,7 @@ def parse_scenario(
     step_out = c.integer(doc, "timelineStepSeconds", "", default=1, minimum=1)
     controller = _cluster(c, doc)
     workload = _workload(c, doc)
-    demand, step_at = _demand(c, doc, read_text)
+    demand, step_at = _demand(c, doc, read_text, duration)
     policies = [
         parse_policy(c, raw, f"policies[{i}]", profiles)
         for i, raw in enumerate(c.sequence(doc, "policies", "", required=True))

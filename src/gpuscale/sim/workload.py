@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import bisect
 import math
+import random
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = [
+    "BurstsDemand",
     "ConstantDemand",
     "DemandShape",
     "DiurnalDemand",
@@ -143,7 +145,70 @@ class PointsDemand:
         return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
 
 
-DemandShape = ConstantDemand | StepDemand | SpikeDemand | DiurnalDemand | PointsDemand
+@dataclass(frozen=True)
+class BurstsDemand:
+    """Bursts separated by quieter gaps, each burst's length and level and each gap's drawn at random.
+
+    ``bursts`` and ``gaps`` are ``(start second, seconds, value)``, in time order; a gap comes first, from 0,
+    then they alternate. Drawn once by ``draw`` and held, so ``at`` is a binary search (O(log n)); past
+    the last phase drawn, the last one's value holds.
+    """
+
+    bursts: tuple[tuple[int, int, float], ...]
+    gaps: tuple[tuple[int, int, float], ...]
+    _starts: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    _values: tuple[float, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # by start, a gap of 0 seconds before the burst that starts with it: the burst is what ``at`` finds
+        phases = sorted((*self.bursts, *self.gaps))
+        object.__setattr__(self, "_starts", tuple(p[0] for p in phases))
+        object.__setattr__(self, "_values", tuple(p[2] for p in phases))
+
+    @classmethod
+    def draw(
+        cls,
+        base: float,
+        burst_seconds: tuple[int, int],
+        burst_multiple: tuple[float, float],
+        gap_seconds: tuple[int, int],
+        gap_demand: tuple[float, float],
+        *,
+        until: int,
+        start_seconds: int | None = None,
+        seed: int = 0,
+    ) -> BurstsDemand:
+        """Draw the phases from ``random.Random(seed)`` until one covers second ``until - 1``.
+
+        Each gap draws its length from ``gap_seconds`` (the first only when ``start_seconds`` is None: it
+        lasts ``start_seconds`` otherwise) then its value from ``gap_demand``; each burst its length from
+        ``burst_seconds`` then its multiple of ``base`` from ``burst_multiple``. Lengths are whole seconds
+        (``randint``, both ends included), values ``uniform``. The draws do not depend on ``until``: a
+        longer horizon draws more of the same series. ``burst_seconds[0]`` must be >= 1.
+        """
+        if burst_seconds[0] < 1:
+            raise ValueError(f"burst_seconds {burst_seconds}: a burst lasts at least 1 second")
+        rng = random.Random(seed)
+        first = rng.randint(*gap_seconds) if start_seconds is None else start_seconds
+        gaps = [(0, first, rng.uniform(*gap_demand))]
+        bursts: list[tuple[int, int, float]] = []
+        t = first
+        while t < until:
+            seconds = rng.randint(*burst_seconds)
+            bursts.append((t, seconds, base * rng.uniform(*burst_multiple)))
+            t += seconds
+            if t >= until:
+                break
+            seconds = rng.randint(*gap_seconds)
+            gaps.append((t, seconds, rng.uniform(*gap_demand)))
+            t += seconds
+        return cls(tuple(bursts), tuple(gaps))
+
+    def at(self, t: int) -> float:
+        return self._values[max(0, bisect.bisect_right(self._starts, t) - 1)]
+
+
+DemandShape = ConstantDemand | StepDemand | SpikeDemand | DiurnalDemand | PointsDemand | BurstsDemand
 
 
 def demand_series(shape: DemandShape, duration: int) -> tuple[float, ...]:
@@ -151,12 +216,15 @@ def demand_series(shape: DemandShape, duration: int) -> tuple[float, ...]:
 
 
 def step_time(shape: DemandShape, series: tuple[float, ...]) -> int | None:
-    """When "the step" happens, for time-to-first-scale-up: the shape's own time for step and spike, else
-    the first second demand rises by more than 20 % of the trace's peak over one minute."""
+    """When "the step" happens, for time-to-first-scale-up: the shape's own time for step and spike, the
+    first burst's for bursts, else the first second demand rises by more than 20 % of the trace's peak over
+    one minute."""
     if isinstance(shape, StepDemand) and shape.after > shape.before:
         return shape.at_seconds
     if isinstance(shape, SpikeDemand) and shape.value > shape.base:
         return shape.at_seconds
+    if isinstance(shape, BurstsDemand) and shape.bursts:
+        return shape.bursts[0][0]
     peak = max(series, default=0.0)
     for t in range(60, len(series)):
         if peak > 0 and series[t] - series[t - 60] > 0.2 * peak:

@@ -3,9 +3,8 @@
 Hierarchy::
 
     GpuscaleError
-    └── EngineError          an engine's metrics cannot be used
-        └── ExpositionError  the body is not a valid exposition where gpuscale reads it (a line that does
-                             not parse, a series given twice, OpenMetrics without its "# EOF")
+    ├── EngineError          an engine's metrics cannot be used
+    └── ExpositionError      (``gpuscale.errors``) the body is not a valid exposition where gpuscale reads it
 
 A scrape never raises these to its caller: the collector turns them into an ``EngineMissing`` whose
 ``reason`` is the ``gpuscale_agent_engine_scrapes_total`` result (``parse_error``).
@@ -13,14 +12,10 @@ A scrape never raises these to its caller: the collector turns them into an ``En
 
 from __future__ import annotations
 
-from ...errors import GpuscaleError
+from ...errors import ExpositionError, GpuscaleError
 
 __all__ = ["EngineError", "ExpositionError"]
 
 
 class EngineError(GpuscaleError):
     """An engine's metrics cannot be used; the message is one line."""
-
-
-class ExpositionError(EngineError):
-    """The body does not parse as the exposition it says it is (one line: what, and where)."""

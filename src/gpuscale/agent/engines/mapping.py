@@ -63,8 +63,8 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from ...exposition import Exposition, Labels, Selection
 from ...model import BucketCounts, EngineSample, ModelSignals
-from .parse import Exposition, Labels, Selection
 
 __all__ = [
     "ENGINES",

@@ -1,4 +1,5 @@
-"""Parse an engine's exposition (Prometheus text 0.0.4 or OpenMetrics 1.0) into the samples gpuscale reads.
+"""Parse a Prometheus exposition (text 0.0.4 or OpenMetrics 1.0: an engine's, a gateway's) into the samples
+gpuscale reads.
 
 Why not just prometheus_client's parsers: they are the well-kept, tolerant reference, and this module defers
 to them for every line it does not parse itself; but on a vLLM exposition with two models (641 lines, 67 kB)
