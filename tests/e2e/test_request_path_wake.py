@@ -8,9 +8,10 @@ nothing at zero replicas).
 The woken pods are held loading their model (``ModelLoading``): kwok makes a pod Ready at once, with no
 engine behind it, which a model server is not for minutes.
 
-The first count above 1 is the demand's (0 -> 1 -> 4, not a climb 1 -> 2 -> 3 -> 4): a counter that stood
-still and then moved is read from when it moved (``scaling.requestpath``), so a step from idle to 35/s reads
-35 as soon as two readings have it.
+No climb 1 -> 2 -> 3 -> 4, one step per sync: a counter that stood still and then moved is read from when it
+moved (``scaling.requestpath``), so a step from idle to 35/s reads 35 as soon as two readings have it; at
+this tier's 1 s HPA syncs the first sync after the wake may see only the first, partial one (0 -> 1 -> 3 -> 4
+is allowed, one count between 1 and the demand's, no more).
 """
 
 from __future__ import annotations
@@ -164,8 +165,12 @@ def test_the_request_path_wakes_the_workload_from_zero_to_its_demand(gpus: GpuSt
         # KEDA's activation to 1, then the HPA's first syncs ask for more: 2 syncs, and a poll's slack
         t_out, out = next((t, n) for t, n in timeline if n > 1)
         assert t_out - woken <= 2 * HPA_SYNC_S + 1.0, f"{out} only {t_out - woken:.1f} s after the wake"
-        if out < need:
-            raise Climbed(f"0 -> 1 -> {out}, not -> {need}: {[n for _, n in timeline]}")
+        # no climb one step per sync: at most one count between 1 and the demand's. The HPA syncs every second
+        # here, so its first sync after the wake may come when one reading of the request path has the new
+        # arrivals, and that one only partly (they began within its second): the next sync has the rate
+        between = sorted({n for _, n in timeline if 1 < n < need})
+        if len(between) > 1:
+            raise Climbed(f"0 -> 1 -> {between} -> {need}: {[n for _, n in timeline]}")
     finally:
         delete_namespace(client, ns)
         envoy.close()

@@ -91,7 +91,7 @@ async def explain(service: ExternalScalerService, key: ScaledObjectKey) -> dict[
     ]
     if query.scope == "workload":
         out["coldStartSeconds"] = service.cold_starts.seconds(f"{key.namespace}/{key.name}")
-        if md.metric == "request_rate":
+        if md.metric in ENGINE_METRICS:
             out["replicaCapacity"] = service.capacities.rate(f"{key.namespace}/{key.name}")
     if selection.engines:
         out["engines"] = [

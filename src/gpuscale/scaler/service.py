@@ -46,6 +46,7 @@ from ..scaling.answer import GpuPod, answer
 from ..scaling.capacity import Capacities, saturated_rate
 from ..scaling.coldstart import ColdStarts
 from ..scaling.errors import MissingPods
+from ..scaling.keys import ENGINE_METRICS
 from ..scaling.metadata import MetadataCache, TriggerMetadata, metric_name, target
 from ..scaling.requestpath import RequestPath, demand
 from ..scaling.selector import LabelSelector, parse_selector
@@ -320,9 +321,9 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         selection: Selection,
         now: float,
     ) -> float | None:
-        """A ``request_rate`` ScaledObject's replica capacity: one more observation while requests wait on
+        """An engine-metric ScaledObject's replica capacity: one more observation while requests wait on
         its Ready pods (``scaling.capacity``), and what is learned (``None``: nothing yet)."""
-        if key is None or not key.name or query.scope != "workload" or md.metric != "request_rate":
+        if key is None or not key.name or query.scope != "workload" or md.metric not in ENGINE_METRICS:
             return None
         name = f"{key.namespace}/{key.name}"
         ready = frozenset(p.name for p in gpu_pods if p.ready is not False)

@@ -255,8 +255,10 @@ KEYS: Final[tuple[Key, ...]] = (
         "Requests per second one replica is to serve: the request path's demand is divided by it, so a "
         "wake from zero asks for `ceil(demand / replicaRate)` replicas.",
         "a finite number > 0. Only with `requestPath`",
-        default_doc="`targetValue` with metric `request_rate`; else the replica's capacity learned while "
-        "requests wait; before that the request path only wakes the workload and holds its count",
+        default_doc="`targetValue` with metric `request_rate`; else the replica's capacity the scaler "
+        "learned while requests waited on the pods (engine metrics); the learned capacity wherever it is "
+        "lower than the figure given. With none, the request path only wakes the workload and holds its "
+        "count",
         profile=True, exclusive=True),
     Key("requestPathDrainSeconds", "request_path_drain_seconds", "number",
         "The requests the request path holds count as demand to be drained within this many seconds (how "

@@ -338,7 +338,7 @@ def _trigger_value(policy: Policy, src: MetricSource, run: _Run, t: int) -> tupl
         n = bisect.bisect_right(run.path, float(until), key=lambda r: r.timestamp)
         path = RequestPath(run.path[max(0, n - _PATH_KEPT) : n], source="the simulated gateway")
     capacity: float | None = None
-    if md.metric == "request_rate" and engines and seen is not None:
+    if md.metric in ENGINE_METRICS and engines and seen is not None:
         ready = frozenset(f"sim/{name}" for name in seen.ready)
         rate = saturated_rate(md, engines, ready, now) if run.capacities.due(_WORKLOAD, now) else None
         if rate is not None:
