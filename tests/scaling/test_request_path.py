@@ -304,3 +304,49 @@ def test_where_pods_are_ready_the_workload_stays_active_while_requests_arrive() 
     assert served.active and served.value == alone.value
     idle = answer(queue, [], now=NOW, gpu_pods=pods, engines=engines, request_path=path(0.0))
     assert not idle.active
+
+
+def test_a_target_as_a_share_of_what_a_replica_serves() -> None:
+    """``targetValue: 80%``: until a capacity is learned, of ``replicaRate``; then of the learned one. 18
+    requests/s arriving on two pods: at 80 % of 5 that is ceil(18 / 4) = 5 replicas; of a learned 3, ceil(18
+    / 2.4) = 8. The value is in percent of one replica's capacity: the HPA divides it by 80."""
+    md = parse_metadata({"metric": "request_rate", "targetValue": "80%", "replicaRate": "5"})
+    assert (md.target_value, md.target_share, md.replica_rate) == (80.0, True, 5.0)
+    pods = [GpuPod("a", "n1", ready=True), GpuPod("b", "n2", ready=True)]
+    engines = [engine("a", 9.0, lambda t: 0.0), engine("b", 9.0, lambda t: 0.0)]
+    assumed = answer(md, [], now=NOW, gpu_pods=pods, engines=engines)
+    assert assumed.value == pytest.approx(100 * 18 / 5)
+    assert math.ceil(assumed.value / 80 - 1e-9) == 5
+    learned = answer(md, [], now=NOW, gpu_pods=pods, engines=engines, capacity=3.0)
+    assert math.ceil(learned.value / 80 - 1e-9) == 8
+
+
+@pytest.mark.parametrize(
+    ("metadata", "problem"),
+    [
+        (
+            {"metric": "request_rate", "targetValue": "80%"},
+            'parameter "targetValue" value "80%" needs "replicaRate": the requests/s one replica serves until '
+            "the scaler has learned it",
+        ),
+        (
+            {"metric": "queue_length", "targetValue": "80%", "replicaRate": "5"},
+            'parameter "targetValue" value "80%": a share of what one replica serves is only allowed with '
+            'metric "request_rate" (metric is "queue_length"); give a number',
+        ),
+        (
+            {"metric": "request_rate", "targetValue": "120%", "replicaRate": "5"},
+            'parameter "targetValue" value "120%" as a share of a replica\'s capacity must be at most 100',
+        ),
+        (
+            {"metric": "request_rate", "targetValue": "x%", "replicaRate": "5"},
+            'parameter "targetValue" value "x%" as a share of a replica\'s capacity must be a finite number',
+        ),
+    ],
+)
+def test_a_bad_share_names_the_key_the_value_and_what_is_allowed(
+    metadata: dict[str, str], problem: str
+) -> None:
+    with pytest.raises(MetadataError) as e:
+        parse_metadata(metadata)
+    assert problem in e.value.problems

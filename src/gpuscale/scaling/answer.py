@@ -133,6 +133,10 @@ def answer(
     not read by this caller); ``capacity``: requests/s one replica serves, as learned
     (``capacity.Capacities``), when known. Raise ``UnattributedPods``, ``MissingPods``, ``NoDataError`` or
     ``RequestPathMissing`` where there is no honest value."""
+    if md.target_share:
+        return _shared(
+            md, series, now, gpu_pods, workload, engines, replicas, cold_start, request_path, capacity
+        )
     try:
         result = _answer(
             md,
@@ -198,6 +202,41 @@ def _answer(
     except NoDataError:
         return result
     return _guard(md, result, present, count)
+
+
+def _shared(
+    md: TriggerMetadata,
+    series: Sequence[GpuSeries],
+    now: float,
+    gpu_pods: Sequence[GpuPod],
+    workload: str,
+    engines: Sequence[EngineSeries],
+    replicas: int | None,
+    cold_start: float | None,
+    request_path: RequestPath | None,
+    capacity: float | None,
+) -> Evaluation:
+    """``targetValue: 80%``: the answer as for a target of that share of what one replica serves (the
+    learned ``capacity``, ``replicaRate`` until one is), reported in percent of one replica's capacity, so
+    that the HPA's ``ceil(value / 80)`` is ``ceil(demand / (0.8 x capacity))``."""
+    served = capacity if capacity is not None else md.replica_rate
+    assert served is not None  # parse_metadata requires replicaRate with a share
+    rate = replace(md, target_value=md.target_value / 100.0 * served, target_share=False, replica_rate=None)
+    result = answer(
+        rate,
+        series,
+        now=now,
+        gpu_pods=gpu_pods,
+        workload=workload,
+        engines=engines,
+        replicas=replicas,
+        cold_start=cold_start,
+        request_path=request_path,
+        capacity=capacity,
+    )
+    k = md.target_value / rate.target_value
+    present = None if result.present is None else result.present * k
+    return replace(result, value=result.value * k, aggregate=result.aggregate * k, present=present)
 
 
 def replica_rate(md: TriggerMetadata, capacity: float | None) -> float | None:

@@ -165,7 +165,9 @@ KEYS: Final[tuple[Key, ...]] = (
     Key("targetValue", "target_value", "number",
         "The target KEDA gives the HPA. In `workload` scope it is **per replica**.",
         "a finite number > 0. For percent metrics (except with `sum`): ≤ 100. For `memory_used`: also byte "
-        "quantities such as `40Gi` or `500M`",
+        "quantities such as `40Gi` or `500M`. For `request_rate`: also a share of what one replica serves, "
+        "`80%` (with `replicaRate`, the figure until the scaler has learned one; the value is then in "
+        "percent of one replica's capacity)",
         default_doc="**required** unless the profile sets it", profile=True, exclusive=True,
         bytes_for_memory=True),
     Key("activationValue", "activation_value", "number",
@@ -254,7 +256,7 @@ KEYS: Final[tuple[Key, ...]] = (
     Key("replicaRate", "replica_rate", "number",
         "Requests per second one replica is to serve: the request path's demand is divided by it, so a "
         "wake from zero asks for `ceil(demand / replicaRate)` replicas.",
-        "a finite number > 0. Only with `requestPath`",
+        "a finite number > 0. Only with `requestPath`, or with `targetValue` as a share (`80%`)",
         default_doc="`targetValue` with metric `request_rate`; else the replica's capacity the scaler "
         "learned while requests waited on the pods (engine metrics); the learned capacity wherever it is "
         "lower than the figure given. With none, the request path only wakes the workload and holds its "

@@ -80,6 +80,9 @@ class TriggerMetadata:
     request_path_match: str | None = None
     replica_rate: float | None = None
     request_path_drain_seconds: float = 60.0
+    # targetValue is a percentage of what one replica serves (``targetValue: 80%``, request_rate only): of
+    # the capacity learned, ``replica_rate`` until one is
+    target_share: bool = False
 
     @property
     def metric_name(self) -> str:
@@ -123,10 +126,13 @@ def parse_metadata(metadata: Mapping[str, str], profiles: ProfileSet | None = No
             choice, tail = check_value(k, raw[k.name])
             _note(explicit, problems, k.name, raw[k.name], choice, tail)
     metric = explicit.get("metric", profile.metric if profile and profile.metric else DEFAULTS["metric"])
+    share = _target_share(raw, metric, problems)
     for k in keys.KEYS:
-        if k.kind == "number" and k.name in raw:
+        if k.kind == "number" and k.name in raw and not (share is not None and k.name == "targetValue"):
             number, tail = check_value(k, raw[k.name], metric=metric)
             _note(explicit, problems, k.name, raw[k.name], number, tail)
+    if share is not None:
+        explicit["targetValue"] = share
 
     # A profile's thresholds are in its metric's unit, and its guard and scale-ahead are chosen for its
     # metric: they do not carry over to another metric.
@@ -217,6 +223,7 @@ def parse_metadata(metadata: Mapping[str, str], profiles: ProfileSet | None = No
         request_path_match=cast(str | None, raw.get("requestPathMatch")),
         replica_rate=None if values.get("replicaRate") is None else float(cast(float, values["replicaRate"])),
         request_path_drain_seconds=float(cast(float, values["requestPathDrainSeconds"])),
+        target_share=share is not None,
     )
 
 
@@ -247,9 +254,43 @@ def _request_path(
             "surrounding spaces); leave it out for every series"
         )
     for key in ("requestPathFormat", "requestPathMatch", "replicaRate"):
+        if key == "replicaRate" and _is_share(raw.get("targetValue")):
+            continue  # a share of the capacity: replicaRate is the figure until one is learned
         if text is None and key in raw:
             problems.append(f'parameter "{key}" value {show(raw[key])} is only allowed with "requestPath"')
     return ref
+
+
+def _is_share(raw: object) -> bool:
+    return isinstance(raw, str) and raw.strip().endswith("%")
+
+
+def _target_share(raw: Mapping[str, object], metric: object, problems: list[str]) -> float | None:
+    """``targetValue: 80%``: a share of what one replica serves (``request_rate`` only, with ``replicaRate``
+    as the figure until the scaler has learned one); the percentage, or ``None`` (not a share, or bad:
+    reported)."""
+    text = raw.get("targetValue")
+    if not _is_share(text):
+        return None
+    assert isinstance(text, str)
+    number, tail = keys.check_number(text.strip()[:-1], minimum=0, exclusive=True, maximum=100)
+    shown = show(text)
+    if number is None:
+        problems.append(f'parameter "targetValue" value {shown} as a share of a replica\'s capacity {tail}')
+        return None
+    if metric != "request_rate":
+        problems.append(
+            f'parameter "targetValue" value {shown}: a share of what one replica serves is only allowed with '
+            f'metric "request_rate" (metric is "{metric}"); give a number'
+        )
+        return None
+    if "replicaRate" not in raw:
+        problems.append(
+            f'parameter "targetValue" value {shown} needs "replicaRate": the requests/s one replica serves '
+            "until the scaler has learned it"
+        )
+        return None
+    return number
 
 
 def _note(
