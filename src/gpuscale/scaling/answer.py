@@ -32,7 +32,7 @@ from .engine import EngineSeries, gauge, in_window, pod_value, pod_value_at, ser
 from .errors import MissingPods, NoDataError, RequestPathMissing, UnattributedPods
 from .forecast import Forecast, forecast
 from .keys import ADDITIVE_METRICS, ENGINE_METRICS
-from .metadata import TriggerMetadata
+from .metadata import TriggerMetadata, derived
 from .requestpath import RequestPath, demand
 
 __all__ = [
@@ -198,7 +198,7 @@ def _answer(
     if _ceil_ratio(result.value, md.target_value) >= count:
         return result  # not a scale-down: the guard has nothing to hold (and the newest value is not needed)
     try:
-        present = evaluate(replace(md, window=0.0), series, now=now).value
+        present = evaluate(derived(md, window=0.0), series, now=now).value
     except NoDataError:
         return result
     return _guard(md, result, present, count)
@@ -410,7 +410,7 @@ def demand_ratio(
     answer)."""
     by_pod = {e.pod: e for e in engines if not e.departed}
     arriving = served = waiting = 0.0
-    rate_md = replace(md, metric="request_rate")
+    rate_md = derived(md, metric="request_rate")
     for pod in pods:
         e = by_pod.get(pod)
         if e is None or e.missing is not None or not e.samples:
@@ -580,7 +580,7 @@ def _decide(
         return decided  # not a scale-down: the floor and the guard have nothing to hold
     if md.metric in SERVED_RATES and _backlog(md, ready, now) >= 1.0:
         return replace(decided, value=md.target_value * count, decided="backlog hold")
-    present = _engine_total(replace(md, window=0.0), ready, now)
+    present = _engine_total(derived(md, window=0.0), ready, now)
     floored = _kv_floor(md, decided, ready, count, 0)
     if floored is not None:
         return replace(floored, present=present)
@@ -596,7 +596,7 @@ SERVED_RATES: frozenset[str] = frozenset({"request_rate", "generation_tokens_per
 
 def _backlog(md: TriggerMetadata, ready: Sequence[EngineSeries], now: float) -> float:
     """The requests waiting on the Ready pods: the mean over the window of each pod's waiting, summed."""
-    waiting = replace(md, metric="queue_length")
+    waiting = derived(md, metric="queue_length")
     values = [pod_value(waiting, e.samples, now) for e in ready if e.samples]
     return math.fsum(v for v in values if v is not None)
 

@@ -22,10 +22,9 @@ import math
 import statistics
 from collections import OrderedDict, deque
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
 
 from .engine import EngineSeries, gauge, in_window, served_rate
-from .metadata import TriggerMetadata
+from .metadata import TriggerMetadata, derived
 
 __all__ = ["Capacities", "saturated_rate"]
 
@@ -38,7 +37,7 @@ def saturated_rate(
     them has no finished counter."""
     window = max(md.window, 2.0)
     rates: list[float] = []
-    md = replace(md, window=window)
+    md = derived(md, window=window)
     for e in engines:
         if e.pod not in ready or e.departed or e.missing is not None or not e.samples:
             continue

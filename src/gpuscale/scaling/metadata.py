@@ -11,11 +11,12 @@ environment) stands for ``<key>``. ``MetadataCache`` keeps parsed results (and e
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, cast
 
 from . import keys
@@ -40,6 +41,7 @@ __all__ = [
     "KEYS",
     "MetadataCache",
     "TriggerMetadata",
+    "derived",
     "metric_name",
     "parse_metadata",
     "target",
@@ -87,6 +89,22 @@ class TriggerMetadata:
     @property
     def metric_name(self) -> str:
         return metric_name(self)
+
+
+@functools.lru_cache(maxsize=4096)
+def derived(
+    md: TriggerMetadata, *, metric: str | None = None, window: float | None = None
+) -> TriggerMetadata:
+    """``md`` with another ``metric`` or ``window``, as the decisions ask for it on every answer (the
+    request rate beside a GPU metric, the newest value beside the window's): ``dataclasses.replace`` builds
+    and checks a whole object each time, a cost the scaler pays per ScaledObject per agent update; the few
+    variants there are are kept."""
+    changes: dict[str, object] = {}
+    if metric is not None:
+        changes["metric"] = metric
+    if window is not None:
+        changes["window"] = window
+    return replace(md, **changes)  # type: ignore[arg-type]
 
 
 def metric_name(metadata: TriggerMetadata) -> str:
