@@ -27,6 +27,9 @@ ENGINE_PANELS = {
     "Requests per second per namespace: finished and arriving": "vllm[:_]request_success_total",
     "Learned cold start per workload": "gpuscale_workload_cold_start_seconds",
     "Decisions taken per ScaledObject": "gpuscale_scaler_decisions_total",
+    "Request path demand per ScaledObject": "gpuscale_scaler_request_path_demand",
+    "Request path reads by result": "gpuscale_scaler_request_path_reads_total",
+    "Learned replica capacity per workload": "gpuscale_workload_replica_capacity_requests_per_second",
 }
 
 
