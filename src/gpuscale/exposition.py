@@ -29,6 +29,7 @@ mapping reads both spellings).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -98,7 +99,7 @@ def _without_exemplar(line: str) -> str:
     return line
 
 
-def _slow(line: str, number: int, openmetrics: bool) -> list[tuple[str, Labels, float]]:
+def _slow(line: str, number: Callable[[], int], openmetrics: bool) -> list[tuple[str, Labels, float]]:
     """One line, parsed by prometheus_client's parser: the reference decides what the fast path does not."""
     try:
         if openmetrics:
@@ -107,7 +108,7 @@ def _slow(line: str, number: int, openmetrics: bool) -> list[tuple[str, Labels, 
             families = list(text_families(line + "\n"))
     except _PARSE_ERRORS as e:
         shown = line if len(line) <= 120 else line[:119] + "\u2026"
-        raise ExpositionError(f"line {number} does not parse ({e or type(e).__name__}): {shown!r}") from e
+        raise ExpositionError(f"line {number()} does not parse ({e or type(e).__name__}): {shown!r}") from e
     return [(s.name, dict(s.labels), float(s.value)) for f in families for s in f.samples]
 
 
@@ -137,7 +138,8 @@ def parse(text: str, selection: Selection, *, openmetrics: bool = False) -> Expo
                 continue
         m = match(line)
         if m is None:
-            for name, labels, value in _slow(line, _number(text, line), openmetrics):
+            # the line's number only for a message: finding it reads the whole body
+            for name, labels, value in _slow(line, functools.partial(_number, text, line), openmetrics):
                 if name in names:
                     _add(out, seen, name, labels, value, text, line)
             continue

@@ -441,7 +441,7 @@ def test_request_path_flags_and_their_environment(monkeypatch: pytest.MonkeyPatc
             '--request-path-namespaces "ai,Bad_NS": "Bad_NS" is not a namespace name (1 to 63 lowercase letters, '
             "digits and '-', starting and ending with a letter or digit)",
         ),
-        (["--request-path-interval", "0"], '--request-path-interval "0" must be from 0.1 to 60 seconds'),
+        (["--request-path-interval", "0"], '--request-path-interval "0" must be from 0.1 to 2 seconds'),
     ],
 )
 def test_bad_request_path_flags_are_one_line(argv: list[str], message: str) -> None:

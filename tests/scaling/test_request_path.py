@@ -350,3 +350,14 @@ def test_a_bad_share_names_the_key_the_value_and_what_is_allowed(
     with pytest.raises(MetadataError) as e:
         parse_metadata(metadata)
     assert problem in e.value.problems
+
+
+def test_pending_replicas_and_loading_pods_are_never_answered_away() -> None:
+    """Five replicas asked for, none on a GPU node yet (Pending: no GPU pod), the demand down to 1 request/s:
+    the answer holds the five. Two loading pods and one missing, the replica count not known: the missing-pod
+    answer counts the loading ones too."""
+    pending = answer(md_of(), [], now=NOW, replicas=5, request_path=path(1.0))
+    assert math.ceil(pending.value / 4 - 1e-9) == 5 and pending.active
+    pods = [GpuPod("a", "n1", ready=False), GpuPod("b", "n1", ready=False), GpuPod("c", "n2", connected=False)]
+    gone = answer(md_of(), [], now=NOW, gpu_pods=pods, request_path=path(1.0))
+    assert math.ceil(gone.value / 4 - 1e-9) >= 3

@@ -170,7 +170,7 @@ def settings_from_args(args: argparse.Namespace) -> ScalerSettings:
     )
     tls = server_tls_from_args(args)
     agent_tls = agent_tls_from_args(args)
-    interval = positive_seconds(args.request_path_interval, "--request-path-interval", within=(0.1, 60.0))
+    interval = positive_seconds(args.request_path_interval, "--request-path-interval", within=(0.1, 2.0))
     return ScalerSettings(
         request_path=PathSettings(
             interval_s=interval,

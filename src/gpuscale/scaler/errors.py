@@ -20,6 +20,7 @@ __all__ = [
     "GatewayError",
     "MetadataError",
     "NoDataError",
+    "NoSeries",
     "ProfileError",
     "ScalerError",
     "ScalingError",
@@ -35,3 +36,8 @@ class GatewayError(ScalerError):
     """A request path's exposition says nothing usable about the workload (one line: which series, and why):
     no series of its format for the match, or a counted series whose value cannot be right (NaN, infinite,
     negative). The request path is then missing, never read as 0."""
+
+
+class NoSeries(GatewayError):
+    """The exposition has no series of the format for the match (a gateway replica that has not served the
+    workload since it started has none yet)."""

@@ -31,7 +31,7 @@ from types import MappingProxyType
 
 from ..exposition import Exposition, Labels, Selection
 from ..scaling.keys import REQUEST_PATH_FORMATS
-from .errors import GatewayError
+from .errors import GatewayError, NoSeries
 
 __all__ = ["FORMATS", "GatewayFormat", "read", "selection"]
 
@@ -144,7 +144,7 @@ def read(exposition: Exposition, fmt: str, match: str | None) -> tuple[float | N
         names = [*arrived_names, *held_names]
         listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
         wanted = "" if match is None else " with " + " or ".join(f'{k}="{match}"' for k in spec.labels)
-        raise GatewayError(f"no series of {listed}{wanted}")
+        raise NoSeries(f"no series of {listed}{wanted}")
     return arrived, held
 
 

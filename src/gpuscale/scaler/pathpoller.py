@@ -48,7 +48,7 @@ from ..kube.errors import ServiceResolutionError
 from ..kube.services import resolve_endpoints
 from ..scaling.requestpath import PathReading, RequestPath
 from . import gateways
-from .errors import GatewayError
+from .errors import GatewayError, NoSeries
 from .metrics import PATH_RESULTS as RESULTS
 
 __all__ = ["RESULTS", "PathPoller", "PathSettings", "SourceKey"]
@@ -232,11 +232,14 @@ class PathPoller:
         except ExpositionError as e:
             self._count("parse_error")
             return address, f"not a valid exposition: {e}", None
-        except GatewayError as e:
+        except NoSeries as e:
             # an endpoint that has not served the workload since it started has no series of it yet (most
             # gateways make a series at its first request): it counted none, while another endpoint does
             self._count("no_series")
             return address, str(e), (None, None)
+        except GatewayError as e:  # a value that cannot be right: the source is missing
+            self._count("parse_error")
+            return address, str(e), None
         self._count("ok")
         return address, None, (arrived, held)
 
@@ -246,7 +249,7 @@ class PathPoller:
         count is new (it started at 0 after this read)."""
         known = {a: v for a, v in counts.items() if v is not None and math.isfinite(v)}
         if not known:
-            self._counts = dict.fromkeys(unseen, 0.0)
+            self._counts = {a: self._counts.get(a, 0.0) for a in unseen}
             return self._arrived
         if self._arrived is None:
             self._arrived = sum(known.values())
@@ -255,11 +258,14 @@ class PathPoller:
                 before = self._counts.get(address)
                 if before is not None:
                     self._arrived += value - before if value >= before else value
-        self._counts = known | dict.fromkeys(unseen, 0.0)
+        # an endpoint read before keeps its last count; only one never counted before starts at 0
+        self._counts = known | {a: self._counts.get(a, 0.0) for a in unseen}
         return self._arrived
 
     def _set(self, reading: PathReading | None, missing: str | None) -> None:
         """Keep ``reading`` (trimmed to ``history_s``) or note ``missing``; log a change; wake waiters."""
+        if reading is not None and self._readings and reading.timestamp <= self._readings[-1].timestamp:
+            reading = None  # the clock stepped back: readings stay in order (their rates need it)
         if reading is not None:
             self._readings.append(reading)
             while (

@@ -151,7 +151,7 @@ def answer(
     except MissingPods as e:
         if request_path is None or md.request_path is None or md.scope != "workload":
             raise
-        held = _missing_with_path(md, e, request_path, now, replicas, capacity)
+        held = _missing_with_path(md, e, request_path, now, max(replicas or 0, len(gpu_pods)), capacity)
         if held is None:
             raise
         return held
@@ -278,13 +278,16 @@ def _through_request_path(
     target = md.target_value
     where = f"request path {pd.demand:.1f} req/s"
     if blind:
-        count = max(result.loading, replicas or 0) if result.loading else 0
+        count = max(result.loading, replicas or 0)  # Pending pods too: coming, never scaled away
         if rate is None:
             need = 1 if pd.demand > 0 else 0
         else:
             need = math.ceil(pd.demand / rate - 1e-9)
         if need <= count:
-            return result
+            if result.loading or count == 0:
+                return result  # every pod loading: the answer already holds them; none at all: 0
+            # Pending pods only (not on a GPU node yet): held, not scaled away
+            return replace(result, value=target * count, aggregate=target, active=True, decided=where)
         return replace(result, value=target * need, aggregate=target, active=True, decided=where)
     if pd.demand > 0 and not result.active:
         result = replace(result, active=True)  # requests still arrive: not idle, whatever the engines say
@@ -311,7 +314,7 @@ def _missing_with_path(
     pd = demand(path, now, md.request_path_drain_seconds)
     if pd is None:
         return None
-    count = max(replicas or 0, e.missing + e.fresh)
+    count = max(replicas or 0, e.missing + e.fresh)  # replicas: the GPU pods counted, loading ones too
     rate = replica_rate(md, capacity)
     need = math.ceil(pd.demand / rate - 1e-9) if rate is not None else 0
     return Evaluation(

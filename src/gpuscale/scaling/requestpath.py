@@ -180,21 +180,21 @@ def parse_ref(text: str) -> tuple[RequestPathRef | None, str | None]:
     head, slash, rest = text.partition("/")
     if ":" not in head and slash:  # namespace/…
         namespace, text = head, rest
-        if not _DNS_LABEL.match(namespace):
+        if not _DNS_LABEL.fullmatch(namespace):
             return None, allowed
     service, colon, rest = text.partition(":")
-    if not colon or not _DNS_LABEL.match(service):
+    if not colon or not _DNS_LABEL.fullmatch(service):
         return None, allowed
     port_text, slash, path = rest.partition("/")
     path = "/" + path if slash else DEFAULT_PATH
-    if not _PATH.match(path) or "/../" in path + "/" or "//" in path:
+    if not _PATH.fullmatch(path) or "/../" in path + "/" or "//" in path:
         return None, allowed
     port: int | str
     if port_text.isascii() and port_text.isdigit():
         port = int(port_text)
         if not 1 <= port <= 65535 or port_text != str(port):
             return None, allowed
-    elif _PORT_NAME.match(port_text) and any(c.isalpha() for c in port_text) and "--" not in port_text:
+    elif _PORT_NAME.fullmatch(port_text) and any(c.isalpha() for c in port_text) and "--" not in port_text:
         port = port_text
     else:
         return None, allowed
