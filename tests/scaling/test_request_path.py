@@ -358,6 +358,10 @@ def test_pending_replicas_and_loading_pods_are_never_answered_away() -> None:
     answer counts the loading ones too."""
     pending = answer(md_of(), [], now=NOW, replicas=5, request_path=path(1.0))
     assert math.ceil(pending.value / 4 - 1e-9) == 5 and pending.active
-    pods = [GpuPod("a", "n1", ready=False), GpuPod("b", "n1", ready=False), GpuPod("c", "n2", connected=False)]
+    pods = [
+        GpuPod("a", "n1", ready=False),
+        GpuPod("b", "n1", ready=False),
+        GpuPod("c", "n2", connected=False),
+    ]
     gone = answer(md_of(), [], now=NOW, gpu_pods=pods, request_path=path(1.0))
     assert math.ceil(gone.value / 4 - 1e-9) >= 3
