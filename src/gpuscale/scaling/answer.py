@@ -133,10 +133,9 @@ def answer(
     not read by this caller); ``capacity``: requests/s one replica serves, as learned
     (``capacity.Capacities``), when known. Raise ``UnattributedPods``, ``MissingPods``, ``NoDataError`` or
     ``RequestPathMissing`` where there is no honest value."""
-    if md.target_share:
-        return _shared(
-            md, series, now, gpu_pods, workload, engines, replicas, cold_start, request_path, capacity
-        )
+    shared = md if md.target_share else None
+    if shared is not None:
+        md = _as_rate(shared, capacity)
     try:
         result = _answer(
             md,
@@ -154,12 +153,12 @@ def answer(
         held = _missing_with_path(md, e, request_path, now, max(replicas or 0, len(gpu_pods)), capacity)
         if held is None:
             raise
-        return held
+        return _in_share(held, shared, md)
     if capacity is not None and md.metric == "request_rate":
         result = _capacity_floor(md, result, engines, now, capacity)
     if request_path is not None and md.request_path is not None and md.scope == "workload":
         result = _through_request_path(md, result, request_path, now, replicas, capacity, workload)
-    return result
+    return _in_share(result, shared, md)
 
 
 def _answer(
@@ -204,37 +203,21 @@ def _answer(
     return _guard(md, result, present, count)
 
 
-def _shared(
-    md: TriggerMetadata,
-    series: Sequence[GpuSeries],
-    now: float,
-    gpu_pods: Sequence[GpuPod],
-    workload: str,
-    engines: Sequence[EngineSeries],
-    replicas: int | None,
-    cold_start: float | None,
-    request_path: RequestPath | None,
-    capacity: float | None,
-) -> Evaluation:
-    """``targetValue: 80%``: the answer as for a target of that share of what one replica serves (the
-    learned ``capacity``, ``replicaRate`` until one is), reported in percent of one replica's capacity, so
-    that the HPA's ``ceil(value / 80)`` is ``ceil(demand / (0.8 x capacity))``."""
-    served = capacity if capacity is not None else md.replica_rate
+def _as_rate(shared: TriggerMetadata, capacity: float | None) -> TriggerMetadata:
+    """``targetValue: 80%``: the trigger with a target of that share of what one replica serves (the learned
+    ``capacity``, ``replicaRate`` until one is)."""
+    served = capacity if capacity is not None else shared.replica_rate
     assert served is not None  # parse_metadata requires replicaRate with a share
-    rate = replace(md, target_value=md.target_value / 100.0 * served, target_share=False, replica_rate=None)
-    result = answer(
-        rate,
-        series,
-        now=now,
-        gpu_pods=gpu_pods,
-        workload=workload,
-        engines=engines,
-        replicas=replicas,
-        cold_start=cold_start,
-        request_path=request_path,
-        capacity=capacity,
-    )
-    k = md.target_value / rate.target_value
+    target = shared.target_value / 100.0 * served
+    return replace(shared, target_value=target, target_share=False, replica_rate=None)
+
+
+def _in_share(result: Evaluation, shared: TriggerMetadata | None, rate: TriggerMetadata) -> Evaluation:
+    """The answer in percent of one replica's capacity where the target is a share (``shared``), so that the
+    HPA's ``ceil(value / 80)`` is ``ceil(demand / (0.8 x capacity))``; as it is otherwise."""
+    if shared is None:
+        return result
+    k = shared.target_value / rate.target_value
     present = None if result.present is None else result.present * k
     return replace(result, value=result.value * k, aggregate=result.aggregate * k, present=present)
 
