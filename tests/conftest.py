@@ -8,6 +8,7 @@ cycling that for every test makes the shutdown hang now and then. Keeping it up 
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -27,6 +28,23 @@ from gpuscale.backends.patterns import parse_patterns
 from tests.fakes.kubelet import FakeKubelet
 
 pytest_plugins = ["tests.durations"]  # every test's duration against its timeout
+
+# scripts/test runs the suite in two phases: the engine tier (a real vLLM under load takes every core) after
+# the rest, alone. GPUSCALE_PHASE=rest leaves the engine tier out, =engine keeps only it; unset, all.
+PHASE = os.environ.get("GPUSCALE_PHASE", "")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if PHASE not in ("rest", "engine"):
+        return
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        engine = item.get_closest_marker("engine") is not None
+        (keep if engine == (PHASE == "engine") else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 @pytest_asyncio.fixture(scope="session", autouse=True, loop_scope="session")
