@@ -39,14 +39,15 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--max-num-seqs", default="4")
     serve.add_argument("--log-dir", default=None)
     args = parser.parse_args(argv)
+    if args.command == "serve":  # the flags first: a bad one never waits for an install
+        port = _whole(args.port, "--port", 1, 65535)
+        kv = None if args.kv_blocks is None else _whole(args.kv_blocks, "--kv-blocks", 2, 1_000_000)
+        seqs = _whole(args.max_num_seqs, "--max-num-seqs", 1, 1024)
     try:
         engine = build()
         if args.command == "build":
             print(engine.root)
             return 0
-        port = _whole(args.port, "--port", 1, 65535)
-        kv = None if args.kv_blocks is None else _whole(args.kv_blocks, "--kv-blocks", 2, 1_000_000)
-        seqs = _whole(args.max_num_seqs, "--max-num-seqs", 1, 1024)
         log_dir = Path(args.log_dir) if args.log_dir else Path(tempfile.mkdtemp(prefix="vllm-cpu-"))
         server = VllmServer.start(engine, log_dir, port=port, kv_blocks=kv, max_num_seqs=seqs)
         print(f"vLLM serving {MODEL_NAME} at {server.url} (metrics {server.metrics_url}); log {server.log}")
