@@ -201,7 +201,8 @@ def test_rbac_is_least_privilege(rendered: dict[str, dict[str, str]]) -> None:
         {"apiGroups": ["keda.sh"], "resources": ["scaledobjects"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["*"], "resources": ["*/scale"], "verbs": ["get"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-        # a trigger's requestPath: its Service and the Service's ready endpoints
+        # a trigger's requestPath: its Service and the Service's ready endpoints (of those, only its pods,
+        # listed with the pods rule above)
         {"apiGroups": [""], "resources": ["services"], "verbs": ["get"]},
         {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
     ]
@@ -240,10 +241,20 @@ def test_scaler_deployment(rendered: dict[str, dict[str, str]]) -> None:
     ]["spec"]["containers"]
     assert "--ingest-workers=2" in worker["args"]
     assert "--request-path-interval=1" in c["args"]
-    assert not [a for a in c["args"] if a.startswith("--request-path-namespaces")]
-    values = {"scaler": {"requestPathNamespaces": ["ai", "gateways"], "requestPathInterval": 0.5}}
+    assert not [a for a in c["args"] if a.startswith(("--request-path-namespaces", "--request-path-manual"))]
+    values = {
+        "scaler": {
+            "requestPathNamespaces": ["ai", "gateways"],
+            "requestPathInterval": 0.5,
+            "requestPathManualEndpoints": True,
+        }
+    }
     (paths,) = find(objects(render_chart(values)), "Deployment")["spec"]["template"]["spec"]["containers"]
-    assert {"--request-path-namespaces=ai,gateways", "--request-path-interval=0.5"} <= set(paths["args"])
+    assert {
+        "--request-path-namespaces=ai,gateways",
+        "--request-path-interval=0.5",
+        "--request-path-manual-endpoints",
+    } <= set(paths["args"])
     assert c["securityContext"]["readOnlyRootFilesystem"] is True and pod["securityContext"]["runAsNonRoot"]
     # Off GPU nodes: one term, every GPU label excluded (ANDed).
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
@@ -557,6 +568,7 @@ BAD_VALUES = [
     ({"scaler": {"requestPathNamespaces": ["Bad_NS"]}}, "/scaler/requestPathNamespaces/0"),
     ({"scaler": {"requestPathNamespaces": "ai,gateways"}}, "/scaler/requestPathNamespaces"),
     ({"scaler": {"requestPathInterval": 0}}, "/scaler/requestPathInterval"),
+    ({"scaler": {"requestPathManualEndpoints": "yes"}}, "/scaler/requestPathManualEndpoints"),
     ({"scaler": {"tls": {"enabled": True}}}, "/scaler/tls/secretName"),
     ({"agent": {"tls": {"enabled": True}}}, "/agent/tls/secretName"),
     ({"scaler": {"profiles": {"Bad_Name": {}}}}, "/scaler/profiles"),

@@ -1,6 +1,7 @@
 """The request path wakes a workload from zero to the replicas its demand needs: on the real control plane and
 KEDA, a stand-in Envoy (``tests/scaler/pathrig.py``'s exposition, served on the host) behind a selector-less
-Service counts 35 requests/s arriving for cluster ``llm`` and 30 held; the ScaledObject ``gpuscale render``
+Service (read because the tier's scaler runs with ``--request-path-manual-endpoints``, ``GpuStack``) counts
+35 requests/s arriving for cluster ``llm`` and 30 held; the ScaledObject ``gpuscale render``
 writes with ``--request-path`` takes Deployment ``llm`` from 0 to ceil((35 + 30 / 60) / 10) = 4. With
 nothing arriving it stays at 0; without the request path nothing could wake it (the pods' engines say
 nothing at zero replicas).

@@ -174,7 +174,7 @@ async def test_the_n_minus_1_guard_through_the_scaler(
         if "answer" in explained:  # else an error KEDA acts on (pods missing): never fewer replicas
             answers.append(cast(dict[str, Any], explained["answer"]))
         else:
-            assert explained["error"]["code"] == "UNAVAILABLE", explained
+            assert cast(dict[str, Any], explained["error"])["code"] == "UNAVAILABLE", explained
         await asyncio.sleep(0.1)
     # whenever the present demand needs 5, never one replica fewer while the window's mean lags the jump;
     # and the guard is why, at least once

@@ -1,6 +1,6 @@
 """Stand-ins for the request-path tests: an Envoy-like gateway over real HTTP on loopback (its counter and
-gauge set by the test, and ways to break it), and the fake API server's Service and EndpointSlices that lead
-to it."""
+gauge set by the test, and ways to break it), and the fake API server's Service, pods and EndpointSlices that
+lead to it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from tests.fakes.apiserver import FakeApiServer
+from tests.fakes.apiserver import FakeApiServer, make_pod, pod_ref, select, target_pods
 
 ENVOY_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -88,18 +88,33 @@ def serve_gateway(
     *,
     service: str = "gateway",
     ready: bool | None = None,
+    selector: bool = True,
 ) -> None:
     """Service ``namespace/service`` (port ``http`` 9090) and one EndpointSlice per gateway (a ``Gateway``,
-    or a bare port nothing listens on) on 127.0.0.1 at its port, each ``ready``."""
-    apiserver.put_service(namespace, service, [("http", 9090)])
+    or a bare port nothing listens on) on 127.0.0.1 at its port, each ``ready``. ``selector``: as the
+    EndpointSlice controller makes them, the Service selects ``app=<service>`` and each gateway is a pod
+    of the namespace at 127.0.0.1 (every pod on loopback, each its port), its endpoint's ``targetRef``;
+    else a Service without a selector and slices written by hand (no ``targetRef``)."""
+    labels = {"app": service}
+    svc = apiserver.put_service(namespace, service, [("http", 9090)])
+    if selector:
+        select(svc, labels)
     for name in [n for (ns, n) in apiserver.endpoint_slices if ns == namespace]:
         apiserver.delete_endpoint_slice(namespace, name)
+    for name in [
+        n for (ns, n), p in apiserver.pods.items() if ns == namespace and p["metadata"]["labels"] == labels
+    ]:
+        apiserver.delete_pod(namespace, name)
     for i, g in enumerate(gateways):
         port = g.port if isinstance(g, Gateway) else g
-        apiserver.put_endpoint_slice(
+        name = f"{service}-{i}"
+        slice_ = apiserver.put_endpoint_slice(
             namespace,
-            f"{service}-{i}",
+            name,
             service=service,
             endpoints=[("127.0.0.1", ready)],
             ports=[("http", port)],
         )
+        if selector:
+            apiserver.add_pod(make_pod(namespace, name, node="gateway-node", labels=labels, ip="127.0.0.1"))
+            target_pods(slice_, [pod_ref(namespace, name)])

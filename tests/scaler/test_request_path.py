@@ -223,10 +223,60 @@ async def test_an_externalname_service_is_refused(rig: Rig) -> None:
     path = await rig.reading(trigger(), "refused", lambda p: p.missing != "not read yet")
     assert path.missing == (
         'Service default/gateway: is of type ExternalName ("evil.example"), an arbitrary DNS name: the request '
-        "path must be a Service with endpoints (a selector, or EndpointSlices of its own)"
+        "path must be a Service with a selector (or, where --request-path-manual-endpoints allows it, "
+        "EndpointSlices of its own)"
     )
     assert rig.reads("no_endpoint") > 0
     assert not any(g.requests for g in rig.gateways)
+
+
+async def test_a_service_without_a_selector_is_read_only_where_the_operator_allows_it(rig: Rig) -> None:
+    """Its EndpointSlices are written by hand and can name any address: refused, one line naming the Service
+    and the flag, nothing fetched; with --request-path-manual-endpoints, read."""
+    a, b = rig.gateways
+    a.held["llm"], b.held["llm"] = 1, 2
+    serve_gateway(rig.apiserver, "default", [a, b], selector=False)
+    path = await rig.reading(trigger(), "refused", lambda p: p.missing != "not read yet")
+    assert path.missing == (
+        "Service default/gateway: has no selector: its EndpointSlices are written by hand and can name any "
+        "address, so the scaler reads such a Service only where the operator allows it "
+        "(--request-path-manual-endpoints)"
+    )
+    assert rig.reads("no_endpoint") > 0
+    assert not any(g.requests for g in rig.gateways)
+    allowed = RequestPaths(replace(FAST, manual_endpoints=True), rig.api)
+    try:
+        await until(
+            lambda: newest(p := allowed.path("default", trigger())) is not None and p.missing is None,
+            timeout=8,
+            what="read where allowed",
+        )
+        assert newest(allowed.path("default", trigger())).held == 3
+    finally:
+        await allowed.close()
+
+
+async def test_an_endpoint_slice_of_the_services_name_that_is_not_its_pods_is_never_read(rig: Rig) -> None:
+    """Anyone who may write an EndpointSlice in the namespace can label it with the Service's name: its
+    endpoints are read only where they are the Service's pods (here ``b`` is not a pod: left out, never
+    fetched); none left: missing, saying how many were left out and why."""
+    a, b = rig.gateways
+    a.held["llm"], b.held["llm"] = 1, 2
+    serve_gateway(rig.apiserver, "default", [a])
+    rig.apiserver.put_endpoint_slice(
+        "default", "rogue", service="gateway", endpoints=[("127.0.0.1", True)], ports=[("http", b.port)]
+    )
+    md = trigger()
+    path = await rig.reading(md, "a reading", lambda p: newest(p) is not None)
+    assert (newest(path).held, path.missing) == (1, None)
+    rig.apiserver.delete_endpoint_slice("default", "gateway-0")
+    path = await rig.reading(md, "left out", lambda p: p.missing is not None)
+    assert path.missing == (
+        "no ready endpoint: 1 endpoint was left out because it is not the Service's pods (Pods of namespace "
+        "default that its selector selects, at their own IPs)"
+    )
+    assert rig.reads("no_endpoint") > 0
+    assert b.requests == 0
 
 
 async def test_a_service_without_the_port_or_not_there_is_missing(rig: Rig) -> None:
@@ -425,12 +475,20 @@ def _settings(argv: list[str]) -> PathSettings:
 def test_request_path_flags_and_their_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GPUSCALE_REQUEST_PATH_NAMESPACES", raising=False)
     monkeypatch.delenv("GPUSCALE_REQUEST_PATH_INTERVAL", raising=False)
+    monkeypatch.delenv("GPUSCALE_REQUEST_PATH_MANUAL_ENDPOINTS", raising=False)
     default = _settings([])
     assert (default.namespaces, default.interval_s, default.timeout_s) == (frozenset(), 1.0, 0.8)
+    assert default.manual_endpoints is False
     given = _settings(["--request-path-namespaces", "ai, gateways", "--request-path-interval", "2"])
     assert (given.namespaces, given.interval_s, given.timeout_s) == (frozenset({"ai", "gateways"}), 2.0, 1.6)
+    assert _settings(["--request-path-manual-endpoints"]).manual_endpoints is True
     monkeypatch.setenv("GPUSCALE_REQUEST_PATH_NAMESPACES", "ingress")
     assert _settings([]).namespaces == frozenset({"ingress"})
+    monkeypatch.setenv("GPUSCALE_REQUEST_PATH_MANUAL_ENDPOINTS", "true")
+    assert _settings([]).manual_endpoints is True
+    monkeypatch.setenv("GPUSCALE_REQUEST_PATH_MANUAL_ENDPOINTS", "off")
+    assert _settings([]).manual_endpoints is False
+    assert _settings(["--request-path-manual-endpoints"]).manual_endpoints is True  # the flag wins
 
 
 @pytest.mark.parametrize(
@@ -442,10 +500,22 @@ def test_request_path_flags_and_their_environment(monkeypatch: pytest.MonkeyPatc
             "digits and '-', starting and ending with a letter or digit)",
         ),
         (["--request-path-interval", "0"], '--request-path-interval "0" must be from 0.1 to 2 seconds'),
+        (
+            ["GPUSCALE_REQUEST_PATH_MANUAL_ENDPOINTS=maybe"],
+            'GPUSCALE_REQUEST_PATH_MANUAL_ENDPOINTS "maybe" must be true or false (also 1/0, yes/no, on/off; '
+            "empty: false)",
+        ),
     ],
 )
-def test_bad_request_path_flags_are_one_line(argv: list[str], message: str) -> None:
+def test_bad_request_path_flags_are_one_line(
+    argv: list[str], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from gpuscale.errors import UsageError
+
+    for variable in [a for a in argv if a.startswith("GPUSCALE_")]:
+        name, value = variable.split("=", 1)
+        monkeypatch.setenv(name, value)
+        argv = [a for a in argv if a != variable]
 
     with pytest.raises(UsageError) as e:
         _settings(argv)

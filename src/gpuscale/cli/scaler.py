@@ -24,6 +24,7 @@ from ._options import (
     check_server_arguments,
     count_in_range,
     env,
+    env_flag,
     existing_file,
     kubeconfig_errors,
     kubeconfig_from_args,
@@ -106,6 +107,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(namespace/name:port[/path]); a ScaledObject's own namespace is always allowed (default: none)",
     )
     r.add_argument(
+        "--request-path-manual-endpoints",
+        action="store_true",
+        default=None,
+        help="also read a requestPath Service without a selector, whose EndpointSlices are written by hand "
+        "and can name any address: by default such a Service is refused, and of a Service with a selector "
+        "only the endpoints that are its pods are read (GPUSCALE_REQUEST_PATH_MANUAL_ENDPOINTS: true/false)",
+    )
+    r.add_argument(
         "--request-path-interval",
         default=env("REQUEST_PATH_INTERVAL", "1"),
         help="seconds between reads of each request path; each read times out after 80%% of it, at most "
@@ -176,6 +185,7 @@ def settings_from_args(args: argparse.Namespace) -> ScalerSettings:
             interval_s=interval,
             timeout_s=min(10.0, 0.8 * interval),
             namespaces=request_path_namespaces(args.request_path_namespaces),
+            manual_endpoints=env_flag("REQUEST_PATH_MANUAL_ENDPOINTS", args.request_path_manual_endpoints),
         ),
         ingest_workers=workers,
         event_loop=args.event_loop,

@@ -107,6 +107,10 @@ class GpuStack:
             self.scaler_address,
             "--metrics-address",
             f"127.0.0.1:{self.scaler_metrics_port}",
+            # kwok's pods run nothing, so a request path's stand-in gateway runs on the host, behind a Service
+            # without a selector whose EndpointSlice names the host's address: such a Service is read only
+            # where the operator allows it
+            "--request-path-manual-endpoints",
         )
         self._wait_serving(self.scaler)
 

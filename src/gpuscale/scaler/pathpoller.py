@@ -7,7 +7,8 @@ memory like the rest of the answer, so no KEDA call ever waits on an HTTP fetch.
 
 How, each ``interval_s``:
 
-- **Where.** The Service's ready endpoints (``kube.services.resolve_endpoints``), found again every
+- **Where.** The Service's ready endpoints that are its pods (``kube.services.resolve_endpoints``: a
+  Service without a selector only with ``PathSettings.manual_endpoints``), found again every
   ``resolve_every_s`` (sooner, at most every ``_RETRY_RESOLVE_S``, while the source is missing), in the
   background of the reads, so a gateway's replicas are followed as they come and go and a slow API delays
   no read. An API that does not answer keeps the endpoints known before.
@@ -65,7 +66,8 @@ class PathSettings:
     ``max_body_bytes``; ``history_s`` of readings kept; endpoints looked up every ``resolve_every_s``; a
     source no ScaledObject asked about for ``idle_after_s`` stops; at most ``max_sources`` at once;
     ``namespaces``: those whose Services a ScaledObject of another namespace may name
-    (``--request-path-namespaces``)."""
+    (``--request-path-namespaces``); ``manual_endpoints``: a Service without a selector (EndpointSlices
+    written by hand, any address) is read too (``--request-path-manual-endpoints``), else refused."""
 
     interval_s: float = 1.0
     timeout_s: float = 0.8
@@ -75,6 +77,7 @@ class PathSettings:
     idle_after_s: float = 300.0
     max_sources: int = 1024
     namespaces: frozenset[str] = frozenset()
+    manual_endpoints: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,7 +200,12 @@ class PathPoller:
         k = self.key
         try:
             found = await resolve_endpoints(
-                self._api, k.namespace, k.service, k.port, timeout=_RESOLVE_TIMEOUT_S
+                self._api,
+                k.namespace,
+                k.service,
+                k.port,
+                manual_endpoints=self.settings.manual_endpoints,
+                timeout=_RESOLVE_TIMEOUT_S,
             )
         except ServiceResolutionError as e:
             if e.transient and self.endpoints:
@@ -212,6 +220,14 @@ class PathPoller:
         if found.addresses != self.endpoints:
             log.debug("request path %s: endpoints %s", k, ", ".join(found.addresses) or "none")
         self.endpoints, self._problem = found.addresses, None
+        if not found.addresses and found.left_out:
+            n = found.left_out
+            were = "1 endpoint was" if n == 1 else f"{n} endpoints were"
+            they = "it is" if n == 1 else "they are"
+            self._problem = (
+                f"no ready endpoint: {were} left out because {they} not the Service's pods (Pods of "
+                f"namespace {k.namespace} that its selector selects, at their own IPs)"
+            )
 
     async def _read(self, address: str) -> tuple[str, str | None, tuple[float | None, float | None] | None]:
         """``(address, why it failed or None, (arrived, held))``; counted."""
