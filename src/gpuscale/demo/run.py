@@ -191,6 +191,8 @@ async def run_demo(settings: DemoSettings, print_line: Callable[[str], None] = p
             "--log-level", "info", "scaler", "--agents", agents,
             "--grpc-address", f"127.0.0.1:{ports[-2]}", "--metrics-address", f"127.0.0.1:{ports[-1]}",
             "--kubeconfig", str(cluster.kubeconfig),
+            # the gateway's Service has no selector (the gateway is no pod): its EndpointSlice is by hand
+            "--request-path-manual-endpoints",
         ]  # fmt: skip
         scaler = await start_child("scaler", scaler_args, logs / "scaler.log")
         children.append(scaler)
