@@ -1,6 +1,8 @@
 """The mock vLLM engine: every default series of vLLM's PrometheusStatLogger under vLLM's names, types and
 buckets, and a queue that behaves: it grows only when demand exceeds what the pod serves, with the KV cache
-and the time to first token following. Served over real HTTP with content negotiation."""
+and the time to first token following; the series move when vLLM moves them (the time to first token as a
+request leaves the queue, the queue time as it finishes; a client that gives up counted nowhere). Served over
+real HTTP with content negotiation. That these are a real vLLM's: tests/engine/test_mock_matches_real.py."""
 
 from __future__ import annotations
 
@@ -21,8 +23,19 @@ from gpuscale.backends.mock_engine import (
     start_mock_engine,
 )
 
-# vllm/v1/metrics/loggers.py PrometheusStatLogger (0.11/0.12): the families it always registers, by type
+# vllm/v1/metrics/loggers.py PrometheusStatLogger and perf.py PerfMetricsProm (0.32.0): the families they
+# always register, by type (each counter and histogram also has its ``_created`` series)
 VLLM_DEFAULT_FAMILIES = {
+    "vllm:estimated_flops_per_gpu": "counter",
+    "vllm:estimated_read_bytes_per_gpu": "counter",
+    "vllm:estimated_write_bytes_per_gpu": "counter",
+    "vllm:num_requests_waiting_by_reason": "gauge",
+    "vllm:prompt_tokens_by_source": "counter",
+    "vllm:prompt_tokens_cached": "counter",
+    "vllm:prompt_tokens_cached_by_source": "counter",
+    "vllm:admission_rejections": "counter",
+    "vllm:request_num_preemptions": "histogram",
+    "vllm:request_prefill_kv_computed_tokens": "histogram",
     "vllm:num_requests_running": "gauge",
     "vllm:num_requests_waiting": "gauge",
     "vllm:engine_sleep_state": "gauge",
@@ -102,11 +115,27 @@ def test_every_default_vllm_series_with_its_type_labels_and_buckets() -> None:
     engine = MockEngine(MockEngineConfig(models=("a", "b")), demand=lambda t: 5.0, clock=clock)
     clock.now += 20
     fams = families(engine)
+    # the text format writes each series' _created as a gauge family of its own, as vLLM's (one API server:
+    # prometheus_client's default registry) does
+    created = {name: f for name, f in fams.items() if name.endswith("_created")}
+    fams = {name: f for name, f in fams.items() if name not in created}
     assert {name: f.type for name, f in fams.items()} == VLLM_DEFAULT_FAMILIES  # type: ignore[attr-defined]
+    assert set(created) == {f"{n}_created" for n, t in VLLM_DEFAULT_FAMILIES.items() if t != "gauge"}
+    for name, f in created.items():
+        series = {tuple(sorted(s.labels.items())) for s in f.samples}  # type: ignore[attr-defined]
+        base = fams[name.removesuffix("_created")]
+        assert series == {
+            tuple(sorted((k, v) for k, v in s.labels.items() if k != "le"))
+            for s in base.samples  # type: ignore[attr-defined]
+        }
+        assert {s.value for s in f.samples} == {engine.started}  # type: ignore[attr-defined]
     for name, f in fams.items():
         for s in f.samples:  # type: ignore[attr-defined]
-            assert not s.name.endswith("_created")  # vLLM's multiprocess collector writes none
-            if name != "vllm:cache_config_info":
+            if name == "vllm:admission_rejections":  # the API server's own: per model, no engine
+                assert s.labels["model_name"] in ("a", "b") and "engine" not in s.labels
+            elif name == "vllm:cache_config_info":
+                assert s.labels["engine"] == "0" and "model_name" not in s.labels
+            else:
                 assert s.labels["model_name"] in ("a", "b") and s.labels["engine"] == "0"
 
     def bounds(family: str) -> tuple[float, ...]:
@@ -180,22 +209,140 @@ def test_counters_and_histograms_never_fall() -> None:
                 last[key] = s.value
 
 
-async def test_served_over_http_in_both_formats() -> None:
+async def test_served_over_http_as_vllm_serves_it_whatever_is_asked() -> None:
+    """vLLM 0.32.0 answers ``/metrics`` with the text format whatever the ``Accept`` header asks
+    (prometheus-fastapi-instrumentator's handler; tests/engine/test_mock_matches_real.py); so does the mock.
+    ``exposition(accept)`` still negotiates, for a test or benchmark that needs an OpenMetrics body."""
     clock = Clock()
     engine = MockEngine(MockEngineConfig(models=("a",)), demand=lambda t: 2.0, clock=clock)
     server = await start_mock_engine(engine)
+    accept = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8"
     try:
         clock.now += 10
         async with aiohttp.ClientSession() as session:
-            async with session.get(server.url) as r:
-                assert r.status == 200 and r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-                text = await r.text()
-            accept = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8"
-            async with session.get(server.url, headers={"Accept": accept}) as r:
-                assert r.headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
-                om = await r.text()
-        assert {f.name for f in text_string_to_metric_families(text)} == set(VLLM_DEFAULT_FAMILIES)
-        assert {f.name for f in openmetrics_families(om)} == set(VLLM_DEFAULT_FAMILIES)  # type: ignore[no-untyped-call]
+            for headers in ({}, {"Accept": accept}):
+                async with session.get(server.url, headers=headers) as r:
+                    assert (
+                        r.status == 200
+                        and r.headers["Content-Type"] == "text/plain; version=1.0.0; charset=utf-8"
+                    )
+                    text = await r.text()
+                in_text = {f.name for f in text_string_to_metric_families(text)}
+                assert {n for n in in_text if not n.endswith("_created")} == set(VLLM_DEFAULT_FAMILIES)
         assert server.scrapes == 2
     finally:
         await server.close()
+    body, content_type = engine.exposition(accept)
+    assert content_type.startswith("application/openmetrics-text; version=1.0.0")
+    # OpenMetrics keeps each _created sample in its family
+    assert {f.name for f in openmetrics_families(body.decode())} == set(VLLM_DEFAULT_FAMILIES)  # type: ignore[no-untyped-call]
+
+
+def snapshot(engine: MockEngine, model: str) -> dict[str, float]:
+    fams = families(engine)
+
+    def total(name: str, **match: str) -> float:
+        return sum(
+            s.value
+            for s in fams[name].samples  # type: ignore[attr-defined]
+            if s.labels.get("model_name") == model and all(s.labels.get(k) == v for k, v in match.items())
+        )
+
+    return {
+        "waiting": total("vllm:num_requests_waiting"),
+        "running": total("vllm:num_requests_running"),
+        "ttft": total("vllm:time_to_first_token_seconds", le="+Inf"),
+        "queue": total("vllm:request_queue_time_seconds", le="+Inf"),
+        "queue_sum": next(
+            s.value
+            for s in fams["vllm:request_queue_time_seconds"].samples  # type: ignore[attr-defined]
+            if s.name.endswith("_sum") and s.labels["model_name"] == model
+        ),
+        "finished": total("vllm:request_success"),
+        "aborted": total("vllm:request_success", finished_reason="abort"),
+        "prompt": total("vllm:prompt_tokens"),
+        "generated": total("vllm:generation_tokens"),
+    }
+
+
+def test_each_series_moves_when_vllm_moves_it() -> None:
+    """10 requests at once to 4 sequences: 4 start at once (their prompt counted, their time to first token
+    observed), the rest wait. From then on, at every reading: the time-to-first-token count is the requests
+    that left the queue, the queue-time count those that finished (observed as they finish, with the wait
+    each had: the same waits the time to first token saw, less the prefill), the tokens those the batch has
+    generated."""
+    clock = Clock()
+    config = MockEngineConfig(models=("m",), max_num_seqs=4, service_time_s=2.0, prompt_tokens=10)
+    engine = MockEngine(config, clock=clock)
+    state = engine.models["m"]
+    engine.arrive(10)
+    s = snapshot(engine, "m")
+    assert (s["waiting"], s["running"], s["ttft"], s["prompt"], s["queue"], s["finished"]) == (
+        6,
+        4,
+        4,
+        40,
+        0,
+        0,
+    )
+    ahead = 0
+    for _ in range(300):
+        clock.now += 0.1
+        s = snapshot(engine, "m")
+        assert s["ttft"] == math.floor(state.started + 1e-9) and s["prompt"] == math.floor(
+            10 * state.started + 1e-9
+        )
+        assert s["queue"] == s["finished"] == math.floor(state.finished + 1e-9)
+        assert state.started - state.finished == pytest.approx(state.running)
+        assert s["generated"] == math.floor(128 * state.finished + 1e-9)
+        ahead += s["ttft"] > s["queue"]
+    assert ahead > 0
+    assert (s["waiting"], s["running"], s["ttft"], s["queue"], s["finished"]) == (0, 0, 10, 10, 10)
+    fams = families(engine)
+
+    def total(name: str) -> float:
+        return next(x.value for x in fams[name].samples if x.name == name + "_sum")  # type: ignore[attr-defined]
+
+    waits = total("vllm:request_queue_time_seconds")
+    assert waits > 0  # the 6 that queued waited
+    assert total("vllm:time_to_first_token_seconds") == pytest.approx(waits + 10 * config.prefill_s, rel=1e-3)
+
+
+def test_a_client_that_gives_up_is_counted_nowhere() -> None:
+    """With ``patience_s``, a request that has waited that long leaves the queue; no series counts it (vLLM
+    counts no client's disconnect, ``abort`` included)."""
+    clock = Clock()
+    config = MockEngineConfig(models=("m",), max_num_seqs=4, service_time_s=2.0, patience_s=1.0)
+    engine = MockEngine(config, clock=clock)
+    state = engine.models["m"]
+    engine.arrive(10)
+    clock.now += 1.0
+    s = snapshot(engine, "m")
+    assert (s["waiting"], s["aborted"]) == (0, 0)  # none waited 1 s: gone
+    assert state.abandoned == pytest.approx(10 - state.started) and state.abandoned > 4
+    clock.now += 30.0
+    s = snapshot(engine, "m")
+    assert (s["waiting"], s["running"], s["aborted"]) == (0, 0, 0)
+    assert s["finished"] == s["queue"] == s["ttft"] == math.floor(state.finished + 1e-9) < 10
+    assert state.finished + state.abandoned == pytest.approx(10)
+
+
+def test_requests_put_in_or_taken_from_in_system_at_the_next_step() -> None:
+    """A caller that changes ``ModelState.in_system`` directly (the demo's gateway releasing what it held, the
+    engine-reaction benchmark setting its queue) has the requests it added arrive at the next step, as
+    ``arrive`` would have them now, and those it took go, the newest first, counted by no series."""
+    clock = Clock()
+    engine = MockEngine(MockEngineConfig(models=("m",), max_num_seqs=4, service_time_s=2.0), clock=clock)
+    state = engine.models["m"]
+    state.in_system += 10
+    clock.now += 0.1
+    s = snapshot(engine, "m")
+    assert (s["waiting"], s["running"], s["ttft"]) == (6, 4, 4)
+    state.in_system -= 8  # the 6 waiting, then 2 of the 4 running
+    clock.now += 0.1
+    s = snapshot(engine, "m")
+    assert (s["waiting"], s["aborted"]) == (0, 0) and state.running == pytest.approx(2 - state.finished)
+    assert state.abandoned == pytest.approx(8)
+    clock.now += 30.0
+    s = snapshot(engine, "m")
+    assert (s["running"], s["finished"], s["queue"], s["aborted"]) == (0, 2, 2, 0)

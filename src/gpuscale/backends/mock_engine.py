@@ -1,22 +1,46 @@
 """A mock vLLM engine: a ``/metrics`` endpoint that speaks vLLM's exposition, driven by demand.
 
 Why: the demo, the tests and the benchmarks must exercise the real discovery → scrape → parse path with no
-GPU and no vLLM. This serves every series a vLLM V1 engine serves by default, under its names, types, help
-texts, labels (``model_name``, ``engine``) and histogram buckets, as vLLM defines them in
-``vllm/v1/metrics/loggers.py`` (the ``PrometheusStatLogger`` of the 0.11/0.12 line: the version that has
-``vllm:inter_token_latency_seconds`` and no longer emits ``vllm:gpu_cache_usage_perc`` or
-``vllm:time_per_output_token_seconds`` by default). It leaves out what vLLM emits only when a feature is on
-(LoRA, speculative decoding, KV-connector transfer, ``--kv-cache-metrics``, NaN checks) and the HTTP series
-of prometheus-fastapi-instrumentator. vLLM serves its metrics through prometheus_client's multiprocess
-collector, which writes no ``_created`` series; neither does this.
+GPU and no vLLM. This serves every ``vllm:`` series a vLLM V1 engine serves by default, under its names,
+types, help texts, labels (``model_name``, ``engine``) and histogram buckets, as the real vLLM 0.32.0 serves
+them (``vllm/v1/metrics/loggers.py`` ``PrometheusStatLogger`` and ``perf.py`` ``PerfMetricsProm``), with a
+``_created`` series for every counter and histogram: one API server serves vLLM's metrics from
+prometheus_client's default registry, which writes them (only ``--api-server-count`` above 1 switches to the
+multiprocess collector, which writes none). It answers ``/metrics`` as vLLM does: in the text format
+(``text/plain; version=1.0.0; charset=utf-8``) whatever the ``Accept`` header asks.
+``tests/engine/test_mock_matches_real.py`` holds it to a real vLLM on the same load: the same answer, the same
+``vllm:`` families, types, help texts, label names and bucket bounds, the same moments the counts move.
 
-How: each model is a fluid queue. Requests arrive at ``demand(t)`` per second (the pod's share, split
-between its models by ``weights``); up to ``max_num_seqs`` run at once, each for ``service_time_s``, so a
-model serves at most ``max_num_seqs / service_time_s`` requests per second. Above that the queue
-(``vllm:num_requests_waiting``) grows; the KV cache fills with the running batch; time to first token is
-the queueing time (Little's law: waiting / service rate) plus a prefill time; inter-token latency rises with
-the batch. Each observation is spread over 0.7, 1 and 1.4 times its value. The state advances
-to ``clock()`` on every scrape in steps of at most 0.1 s: deterministic for a given clock and demand.
+Deliberately left out: what vLLM emits only when a feature is on (LoRA, speculative decoding, KV-connector
+transfer, ``--kv-cache-metrics``, watermarking, NaN checks); the families that are not vLLM's own and that
+gpuscale never reads: ``python_*`` and ``process_*`` (prometheus_client's default collectors, about the
+server process) and ``http_*`` (prometheus-fastapi-instrumentator, the API server's HTTP requests).
+``vllm:estimated_*_per_gpu`` (the FLOPs and bytes estimate) stays 0, as it reads on the CPU build; no
+request is preempted and none is rejected at admission, so those series stay 0 too.
+
+How: each model is a fluid FIFO queue of cohorts (the requests that arrived in one 0.1 s step). Requests
+arrive at ``demand(t)`` per second (the pod's share, split between its models by ``weights``), or all at
+once through ``arrive``; up to ``max_num_seqs`` run at once, the batch finishing ``running /
+service_time_s`` requests per second (the longest-running first: a request runs ``service_time_s`` while the
+batch is full), so a model serves at most ``max_num_seqs / service_time_s`` requests per second. Above that
+the queue (``vllm:num_requests_waiting``) grows; the KV cache fills with the running batch; inter-token
+latency rises with the batch. Each series moves when vLLM moves it:
+
+- a request leaving the queue for the batch is prefilled: ``vllm:prompt_tokens`` counts its prompt and
+  ``vllm:time_to_first_token_seconds`` observes its wait plus ``prefill_s`` (at the first token, not at the
+  end);
+- while it runs, ``vllm:generation_tokens`` and ``vllm:inter_token_latency_seconds`` count its tokens;
+- when it finishes, ``vllm:request_success`` counts it (a tenth ``length``, the rest ``stop``) and the
+  per-request histograms observe it: ``vllm:request_queue_time_seconds`` the wait it had in the queue (so its
+  ``_count`` moves as requests finish, not as they leave the queue), ``vllm:e2e_request_latency_seconds`` its
+  time since arrival, and the rest;
+- with ``patience_s`` set, a client gives up on a request that has waited that long in the queue (a
+  gateway's timeout): it leaves the queue and no series counts it, ``finished_reason="abort"`` included, as
+  released vLLM counts no client's disconnect.
+
+Each observation is spread over the buckets of 0.7, 1 and 1.4 times its value (the ``_sum`` adds the value
+itself, so a mean read from ``_sum / _count`` is the value). The state advances to ``clock()`` on every
+scrape in steps of at most 0.1 s: deterministic for a given clock, demand and arrivals.
 """
 
 from __future__ import annotations
@@ -24,14 +48,16 @@ from __future__ import annotations
 import math
 import socket
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.exposition import choose_encoder
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_1_0_0, choose_encoder, generate_latest
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 __all__ = [
     "ITL_BUCKETS",
@@ -96,10 +122,18 @@ REQUEST_LATENCY_BUCKETS = (
 )  # fmt: skip  (e2e_request_latency, request_{queue,inference,prefill,decode}_time)
 ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
-FINISH_REASONS = ("stop", "length", "abort")  # str(FinishReason) of vllm/v1/engine
+NUM_PREEMPTIONS_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")  # str(FinishReason) of vllm/v1/engine
 SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
+WAITING_REASONS = ("capacity", "deferred")
+PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")  # PromptTokenStats.ALL_SOURCES
+CACHE_HIT_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")  # CacheHitSource
+ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
+PREFIX_HIT_SHARE = 0.3  # of the prompt tokens, served from the prefix cache
 _SPREAD = ((0.7, 0.25), (1.0, 0.5), (1.4, 0.25))  # (factor, share) of each observation
 _STEP_S = 0.1
+_EPS = 1e-9
+_TIME_EPS = 1e-6  # seconds: Unix times as floats are good to about 2e-7 s
 
 
 def build_1_2_5_buckets(max_value: int) -> tuple[int, ...]:
@@ -118,7 +152,8 @@ def build_1_2_5_buckets(max_value: int) -> tuple[int, ...]:
 @dataclass(frozen=True, slots=True)
 class MockEngineConfig:
     """What one mock engine serves and how fast. ``weights``: each model's share of the demand (equal when
-    empty)."""
+    empty). ``patience_s``: how long a client lets its request wait in the queue before it disconnects (None:
+    forever)."""
 
     models: tuple[str, ...] = ("mock-llm",)
     weights: tuple[float, ...] = ()
@@ -130,6 +165,7 @@ class MockEngineConfig:
     itl_s: float = 0.02
     max_model_len: int = 8192
     block_size: int = 16
+    patience_s: float | None = None
 
 
 class _Histogram:
@@ -147,7 +183,7 @@ class _Histogram:
             v = value * factor
             i = next((k for k, b in enumerate(self.bounds) if v <= b), len(self.bounds))
             self.counts[i] += count * share
-            self.sum += v * count * share
+        self.sum += value * count  # the spread is the buckets'; the sum is the values' own
 
     def buckets(self) -> list[tuple[str, float]]:
         out, cumulative = [], 0.0
@@ -163,8 +199,27 @@ def _le(bound: float) -> str:
 
 
 @dataclass(slots=True)
+class _Waiting:
+    """Requests that arrived together and wait in the queue."""
+
+    count: float
+    arrived: float
+
+
+@dataclass(slots=True)
+class _Running:
+    """Requests that left the queue together and run."""
+
+    count: float
+    arrived: float
+    started: float
+
+
+@dataclass(slots=True)
 class ModelState:
-    """One model's state: the fluid queue and everything vLLM counts about it."""
+    """One model's state: its queue and batch, and everything vLLM counts about it. ``in_system`` is
+    ``waiting + running``; what a caller adds to it directly arrives at the next step (``MockEngine.arrive``
+    adds requests now), and what a caller takes from it goes, the newest first, counted by no series."""
 
     name: str
     in_system: float = 0.0
@@ -173,17 +228,15 @@ class ModelState:
     kv_cache_usage: float = 0.0  # 0-1, as vLLM reports it
     prompt_tokens: float = 0.0
     generation_tokens: float = 0.0
+    started: float = 0.0  # requests that left the queue for the batch (each observed in the TTFT histogram)
     finished: float = 0.0
+    abandoned: float = 0.0  # gave up (``patience_s``) or taken from ``in_system``: no series counts them
     preemptions: float = 0.0
     histograms: dict[str, _Histogram] = field(default_factory=dict)
-
-    def queue_time(self, config: MockEngineConfig) -> float:
-        """How long a request arriving now waits (Little's law: the queue over the service rate)."""
-        return self.waiting / (config.max_num_seqs / config.service_time_s)
-
-    def ttft(self, config: MockEngineConfig) -> float:
-        """Time to first token of a request arriving now: its wait, then its prefill."""
-        return self.queue_time(config) + config.prefill_s
+    queue: deque[_Waiting] = field(default_factory=deque)  # FIFO, oldest first
+    batch: deque[_Running] = field(default_factory=deque)  # in the order they started (and finish)
+    in_queue: float = 0.0  # the requests in ``queue`` and in ``batch``: what ``waiting`` and ``running`` say
+    in_batch: float = 0.0
 
 
 class MockEngine:
@@ -200,6 +253,8 @@ class MockEngine:
         self.config = config or MockEngineConfig()
         if not self.config.models:
             raise ValueError("a mock engine serves at least one model")
+        if self.config.service_time_s <= 0:
+            raise ValueError("a mock engine's service_time_s must be above 0")
         self.demand = demand
         self._clock = clock
         self.started = clock()
@@ -222,6 +277,8 @@ class MockEngine:
                 "vllm:request_inference_time_seconds": _Histogram(REQUEST_LATENCY_BUCKETS),
                 "vllm:request_prefill_time_seconds": _Histogram(REQUEST_LATENCY_BUCKETS),
                 "vllm:request_decode_time_seconds": _Histogram(REQUEST_LATENCY_BUCKETS),
+                "vllm:request_num_preemptions": _Histogram(NUM_PREEMPTIONS_BUCKETS),
+                "vllm:request_prefill_kv_computed_tokens": _Histogram(token_buckets),
             }
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_VllmCollector(self))
@@ -246,63 +303,198 @@ class MockEngine:
             t = self._at - self.started
             arriving = max(0.0, float(self.demand(t))) * dt
             for share, state in zip(weights, self.models.values(), strict=False):
-                self._step(state, arriving * share, dt, c)
+                self._step(state, arriving * share, self._at, dt, c)
             self._at += dt
 
-    def _step(self, s: ModelState, arrivals: float, dt: float, c: MockEngineConfig) -> None:
-        s.in_system += arrivals
-        running = min(s.in_system, float(c.max_num_seqs))
-        done = min(s.in_system, running / c.service_time_s * dt)
-        s.in_system -= done
-        s.running = min(s.in_system, float(c.max_num_seqs))
-        s.waiting = max(0.0, s.in_system - s.running)
+    def arrive(self, n: float, model: str | None = None) -> None:
+        """``n`` requests arrive now (at the state's time: ``advance`` first), all to ``model`` or shared by
+        the models' ``weights``; those the batch has room for start at once."""
+        if n <= 0:
+            return
+        c = self.config
+        shares = [1.0 if s.name == model else 0.0 for s in self.models.values()] if model else self._weights()
+        for share, state in zip(shares, self.models.values(), strict=False):
+            if share > 0:
+                self._enqueue(state, n * share, self._at)
+                self._admit(state, self._at, c)
+                self._publish(state, c)
+
+    def _step(self, s: ModelState, arrivals: float, now: float, dt: float, c: MockEngineConfig) -> None:
+        """One step: the batch runs from ``now`` to ``end = now + dt``, generating its tokens and finishing
+        ``running / service_time_s`` requests per second, the longest-running first; at ``end`` the finished
+        ones are counted, clients give up, the step's arrivals join the queue and the batch takes what it has
+        room for."""
+        # (under one request left, it finishes at one request's pace: a batch empties, never only tends to)
+        done = min(s.in_batch, max(1.0, s.in_batch) * dt / c.service_time_s)
+        fill = s.in_batch / c.max_num_seqs
+        h = s.histograms
+        # a running request generates generation_tokens over its service_time_s: as many tokens a step as
+        # the requests it finishes would have generated
+        s.generation_tokens += done * c.generation_tokens
+        h["vllm:inter_token_latency_seconds"].observe(
+            c.itl_s * (1.0 + fill), done * (c.generation_tokens - 1)
+        )
+        steps = s.in_batch / c.service_time_s * dt * c.generation_tokens / max(1.0, s.in_batch)
+        h["vllm:iteration_tokens_total"].observe(max(1.0, s.in_batch), steps)
+        end = now + dt
+        # a caller's change to ``in_system`` since the last step
+        added = s.in_system - s.in_queue - s.in_batch
+        if added > _EPS:
+            self._enqueue(s, added, end)
+        elif added < -_EPS:
+            self._drop(s, -added)
+        while s.batch and done > _EPS:
+            head = s.batch[0]
+            n = min(done, head.count)
+            head.count -= n
+            if head.count <= _EPS:
+                s.batch.popleft()
+            done -= n
+            self._finish(s, n, head, end, c)
+        if c.patience_s is not None:
+            while s.queue and s.queue[0].arrived + c.patience_s <= end + _TIME_EPS:
+                gone = s.queue.popleft().count
+                s.in_queue -= gone
+                s.abandoned += gone
+        if arrivals > 0:
+            self._enqueue(s, arrivals, end)
+        self._admit(s, end, c)
+        self._publish(s, c)
+
+    @staticmethod
+    def _enqueue(s: ModelState, n: float, at: float) -> None:
+        s.queue.append(_Waiting(n, at))
+        s.in_queue += n
+
+    @staticmethod
+    def _drop(s: ModelState, n: float) -> None:
+        """``n`` requests go, the newest first (the queue's, then the batch's), counted by no series."""
+        while s.queue and n > _EPS:
+            gone = min(n, s.queue[-1].count)
+            s.queue[-1].count -= gone
+            if s.queue[-1].count <= _EPS:
+                s.queue.pop()
+            s.in_queue -= gone
+            s.abandoned += gone
+            n -= gone
+        while s.batch and n > _EPS:
+            gone = min(n, s.batch[-1].count)
+            s.batch[-1].count -= gone
+            if s.batch[-1].count <= _EPS:
+                s.batch.pop()
+            s.in_batch -= gone
+            s.abandoned += gone
+            n -= gone
+
+    @staticmethod
+    def _admit(s: ModelState, now: float, c: MockEngineConfig) -> None:
+        """Move requests from the head of the queue into the batch while it has room: each is prefilled now,
+        its prompt counted and its time to first token observed."""
+        room = c.max_num_seqs - s.in_batch
+        while s.queue and room > _EPS:
+            head = s.queue[0]
+            take = min(room, head.count)
+            head.count -= take
+            if head.count <= _EPS:
+                s.queue.popleft()
+            room -= take
+            s.in_queue -= take
+            s.in_batch += take
+            s.batch.append(_Running(take, head.arrived, now))
+            s.started += take
+            s.prompt_tokens += take * c.prompt_tokens
+            s.histograms["vllm:time_to_first_token_seconds"].observe(now - head.arrived + c.prefill_s, take)
+
+    @staticmethod
+    def _finish(s: ModelState, n: float, r: _Running, now: float, c: MockEngineConfig) -> None:
+        """``n`` requests of ``r`` finish: counted as finished, and observed as vLLM observes a finished
+        request (its wait in the queue among them)."""
+        s.in_batch -= n
+        s.finished += n
+        inference = now - r.started
+        prefill = min(c.prefill_s, inference)
+        decode = inference - prefill
+        h = s.histograms
+        h["vllm:e2e_request_latency_seconds"].observe(now - r.arrived, n)
+        h["vllm:request_queue_time_seconds"].observe(r.started - r.arrived, n)
+        h["vllm:request_inference_time_seconds"].observe(inference, n)
+        h["vllm:request_prefill_time_seconds"].observe(prefill, n)
+        h["vllm:request_decode_time_seconds"].observe(decode, n)
+        h["vllm:request_time_per_output_token_seconds"].observe(
+            decode / (c.generation_tokens - 1) if c.generation_tokens > 1 else 0.0, n
+        )
+        h["vllm:request_num_preemptions"].observe(0.0, n)
+        h["vllm:request_prefill_kv_computed_tokens"].observe(c.prompt_tokens * (1.0 - PREFIX_HIT_SHARE), n)
+        h["vllm:request_prompt_tokens"].observe(c.prompt_tokens, n)
+        h["vllm:request_generation_tokens"].observe(c.generation_tokens, n)
+        h["vllm:request_max_num_generation_tokens"].observe(c.generation_tokens, n)
+        h["vllm:request_params_n"].observe(1, n)
+        h["vllm:request_params_max_tokens"].observe(c.generation_tokens, n)
+
+    @staticmethod
+    def _publish(s: ModelState, c: MockEngineConfig) -> None:
+        """The gauges, from the queue and the batch."""
+        if not s.queue:  # no rounding left behind
+            s.in_queue = 0.0
+        if not s.batch:
+            s.in_batch = 0.0
+        s.waiting = s.in_queue
+        s.running = s.in_batch
+        s.in_system = s.waiting + s.running
         fill = s.running / c.max_num_seqs
         s.kv_cache_usage = min(
             1.0, fill * (c.prompt_tokens + c.generation_tokens / 2) / (c.prompt_tokens + c.generation_tokens)
         )
-        queue_time = s.queue_time(c)
-        ttft = queue_time + c.prefill_s
-        itl = c.itl_s * (1.0 + fill)
-        decode = itl * (c.generation_tokens - 1)
-        s.prompt_tokens += done * c.prompt_tokens
-        s.generation_tokens += done * c.generation_tokens
-        s.finished += done
-        h = s.histograms
-        h["vllm:time_to_first_token_seconds"].observe(ttft, done)
-        h["vllm:inter_token_latency_seconds"].observe(itl, done * (c.generation_tokens - 1))
-        h["vllm:request_time_per_output_token_seconds"].observe(itl, done)
-        h["vllm:e2e_request_latency_seconds"].observe(ttft + decode, done)
-        h["vllm:request_queue_time_seconds"].observe(queue_time, done)
-        h["vllm:request_inference_time_seconds"].observe(ttft - queue_time + decode, done)
-        h["vllm:request_prefill_time_seconds"].observe(ttft - queue_time, done)
-        h["vllm:request_decode_time_seconds"].observe(decode, done)
-        h["vllm:request_prompt_tokens"].observe(c.prompt_tokens, done)
-        h["vllm:request_generation_tokens"].observe(c.generation_tokens, done)
-        h["vllm:request_max_num_generation_tokens"].observe(c.generation_tokens, done)
-        h["vllm:request_params_max_tokens"].observe(c.generation_tokens, done)
-        h["vllm:request_params_n"].observe(1, done)
-        steps = running / c.service_time_s * dt * c.generation_tokens / max(1.0, running)
-        h["vllm:iteration_tokens_total"].observe(max(1.0, running), steps)
 
     def exposition(self, accept: str | None = None) -> tuple[bytes, str]:
-        """The body and content type ``/metrics`` answers with: OpenMetrics when ``accept`` asks for it, else
-        the text format 0.0.4 (prometheus_client's content negotiation, as vLLM's ``make_asgi_app`` does)."""
+        """The body and content type: without ``accept``, what vLLM's ``/metrics`` answers whatever the
+        client's ``Accept`` header: the text format, ``text/plain; version=1.0.0; charset=utf-8``
+        (prometheus-fastapi-instrumentator's handler answers ``/metrics``; vLLM's mount of prometheus_client's
+        own app, which would negotiate, comes after it and is never reached). With ``accept``:
+        prometheus_client's content negotiation instead (OpenMetrics: for parser tests, benchmarks)."""
         self.advance()
-        encoder, content_type = choose_encoder(accept or "")
+        if accept is None:
+            return generate_latest(self.registry), CONTENT_TYPE_PLAIN_1_0_0
+        encoder, content_type = choose_encoder(accept)
         return encoder(self.registry), content_type
 
 
-# vLLM's default families (vllm/v1/metrics/loggers.py): name, help, and what fills it.
-_GAUGES: tuple[tuple[str, str, Callable[[ModelState], float]], ...] = (
+# vLLM's default families (vllm/v1/metrics/loggers.py, perf.py), in the order vLLM 0.32.0 serves them: name,
+# help, and what fills it.
+_Value = Callable[[ModelState], float]
+_PERF = "(for Model Flops Utilization calculations)."
+_PERF_COUNTERS: tuple[tuple[str, str, _Value], ...] = (
     (
-        "vllm:num_requests_running",
-        "Number of requests in model execution batches.",
-        lambda s: round(s.running),
+        "vllm:estimated_flops_per_gpu",
+        f"Estimated number of floating point operations per GPU {_PERF}",
+        lambda s: 0.0,
     ),
-    ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", lambda s: round(s.waiting)),
-    ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", lambda s: s.kv_cache_usage),
+    (
+        "vllm:estimated_read_bytes_per_gpu",
+        f"Estimated number of bytes read from memory per GPU {_PERF}",
+        lambda s: 0.0,
+    ),
+    (
+        "vllm:estimated_write_bytes_per_gpu",
+        f"Estimated number of bytes written to memory per GPU {_PERF}",
+        lambda s: 0.0,
+    ),
 )
-_COUNTERS: tuple[tuple[str, str, Callable[[ModelState], float]], ...] = (
+_WAITING_BY_REASON = (
+    "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling capacity; "
+    "'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked status). Sum of all "
+    "reasons equals vllm:num_requests_waiting."
+)
+_SLEEP_DOC = (
+    "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "
+    "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2."
+)
+_CACHED_BY_SOURCE = (
+    "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), host (offloaded to "
+    "DRAM), disk, p2p (transferred from another vLLM instance) or external_unspecified. Counted at "
+    "admission; sums to vllm:prefix_cache_hits + vllm:external_prefix_cache_hits."
+)
+_COUNTERS: tuple[tuple[str, str, _Value], ...] = (
     (
         "vllm:prefix_cache_queries",
         "Prefix cache queries, in terms of number of queried tokens.",
@@ -311,7 +503,7 @@ _COUNTERS: tuple[tuple[str, str, Callable[[ModelState], float]], ...] = (
     (
         "vllm:prefix_cache_hits",
         "Prefix cache hits, in terms of number of cached tokens.",
-        lambda s: s.prompt_tokens * 0.3,
+        lambda s: s.prompt_tokens * PREFIX_HIT_SHARE,
     ),
     (
         "vllm:external_prefix_cache_queries",
@@ -333,8 +525,12 @@ _COUNTERS: tuple[tuple[str, str, Callable[[ModelState], float]], ...] = (
     ("vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items.", lambda s: 0.0),
     ("vllm:num_preemptions", "Cumulative number of preemption from the engine.", lambda s: s.preemptions),
     ("vllm:prompt_tokens", "Number of prefill tokens processed.", lambda s: s.prompt_tokens),
-    ("vllm:generation_tokens", "Number of generation tokens processed.", lambda s: s.generation_tokens),
 )
+_PROMPT_BY_SOURCE: dict[str, _Value] = {
+    "local_compute": lambda s: s.prompt_tokens - s.prompt_tokens * PREFIX_HIT_SHARE,
+    "local_cache_hit": lambda s: s.prompt_tokens * PREFIX_HIT_SHARE,
+    "external_kv_transfer": lambda s: 0.0,
+}
 _HISTOGRAMS = {
     "vllm:request_prompt_tokens": "Number of prefill tokens processed.",
     "vllm:request_generation_tokens": "Number of generation tokens processed.",
@@ -350,63 +546,171 @@ _HISTOGRAMS = {
     "vllm:request_inference_time_seconds": "Histogram of time spent in RUNNING phase for request.",
     "vllm:request_prefill_time_seconds": "Histogram of time spent in PREFILL phase for request.",
     "vllm:request_decode_time_seconds": "Histogram of time spent in DECODE phase for request.",
+    "vllm:request_num_preemptions": "Histogram of the number of times a request was preempted.",
+    "vllm:request_prefill_kv_computed_tokens": (
+        "Histogram of new KV tokens computed during prefill (excluding cached tokens)."
+    ),
 }
-_SLEEP_DOC = (
-    "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "
-    "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2."
-)
 _LABELS = ["model_name", "engine"]
 
 
+def _cache_config(config: MockEngineConfig) -> dict[str, str]:
+    """``vllm:cache_config_info``'s labels: vLLM 0.32.0's ``CacheConfig`` fields as ``str()`` writes them."""
+    return {
+        "block_size": str(config.block_size),
+        "gpu_memory_utilization": "0.9",
+        "swa_bounded_replay": "True",
+        "cache_dtype": "auto",
+        "is_attention_free": "False",
+        "num_gpu_blocks_override": "None",
+        "sliding_window": "None",
+        "enable_prefix_caching": "True",
+        "prefix_caching_hash_algo": "sha256",
+        "prefix_cache_retention_interval": "0",
+        "mamba_block_size": "None",
+        "mamba_cache_dtype": "auto",
+        "mamba_ssm_cache_dtype": "auto",
+        "mamba_cache_mode": "none",
+        "use_replayssm": "False",
+        "replayssm_buffer_len": "16",
+        "use_kda_recoverssm": "False",
+        "enable_mamba_shared_prefix_checkpoint": "False",
+        "kv_cache_memory_bytes": "None",
+        "kv_offloading_size": "None",
+        "kv_offloading_backend": "native",
+        "kv_cache_dtype_skip_layers": "[]",
+        "user_specified_block_size": "False",
+        "_block_size_resolved": "True",
+        "num_gpu_blocks": "None",
+        "num_cpu_blocks": "None",
+        "kv_sharing_fast_prefill": "False",
+        "kv_cache_layout": "None",
+        "kv_cache_max_concurrency": "None",
+        "kv_cache_size_tokens": "None",
+        "effective_attention_block_size": str(config.block_size),
+        "hash_block_size": "None",
+        "cache_hit_alignment_tokens": "None",
+        "prefix_match_unit": "None",
+        "mamba_page_size_padded": "None",
+        "skip_page_size_padded": "None",
+        "engine": "0",
+    }
+
+
+def _created(family: Metric, labels: dict[str, str], created: float) -> None:
+    """The ``_created`` sample prometheus_client's default registry writes for each counter and histogram
+    series: when the series was made (the engine's start)."""
+    family.samples.append(Sample(family.name + "_created", labels, created))
+
+
 class _VllmCollector(Collector):
-    """The families vLLM's ``PrometheusStatLogger`` defines, filled from the engine's state (one engine
-    index, ``engine="0"``, per model)."""
+    """The families vLLM's ``PrometheusStatLogger`` defines by default, filled from the engine's state (one
+    engine index, ``engine="0"``, per model)."""
 
     def __init__(self, engine: MockEngine) -> None:
         self.engine = engine
 
+    def _counter(
+        self, name: str, doc: str, labels: list[str], rows: list[tuple[list[str], float]]
+    ) -> CounterMetricFamily:
+        counter = CounterMetricFamily(name, doc, labels=labels)
+        for values, value in rows:
+            counter.add_metric(values, _whole(value), created=self.engine.started)
+        return counter
+
     def collect(self) -> Iterator[Metric]:
         states = list(self.engine.models.values())
-        for name, doc, value in _GAUGES:
-            gauge = GaugeMetricFamily(name, doc, labels=_LABELS)
-            for s in states:
-                gauge.add_metric([s.name, "0"], float(value(s)))
-            yield gauge
+        for name, doc, value in _PERF_COUNTERS:
+            yield self._counter(name, doc, _LABELS, [([s.name, "0"], value(s)) for s in states])
+        running = GaugeMetricFamily(
+            "vllm:num_requests_running", "Number of requests in model execution batches.", labels=_LABELS
+        )
+        waiting = GaugeMetricFamily(
+            "vllm:num_requests_waiting", "Number of requests waiting to be processed.", labels=_LABELS
+        )
+        by_reason = GaugeMetricFamily(
+            "vllm:num_requests_waiting_by_reason", _WAITING_BY_REASON, labels=[*_LABELS, "reason"]
+        )
+        for s in states:
+            running.add_metric([s.name, "0"], float(round(s.running)))
+            waiting.add_metric([s.name, "0"], float(round(s.waiting)))
+            for reason in WAITING_REASONS:
+                by_reason.add_metric(
+                    [s.name, "0", reason], float(round(s.waiting)) if reason == "capacity" else 0.0
+                )
+        yield from (running, waiting, by_reason)
         sleep = GaugeMetricFamily("vllm:engine_sleep_state", _SLEEP_DOC, labels=[*_LABELS, "sleep_state"])
+        kv = GaugeMetricFamily(
+            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", labels=_LABELS
+        )
         for s in states:
             for state in SLEEP_STATES:
                 sleep.add_metric([s.name, "0", state], 1.0 if state == "awake" else 0.0)
-        yield sleep
-        info = GaugeMetricFamily(
-            "vllm:cache_config_info",
-            "Information of the LLMEngine CacheConfig",
-            labels=["block_size", "cache_dtype", "enable_prefix_caching", "gpu_memory_utilization", "engine"],
-        )
-        info.add_metric([str(self.engine.config.block_size), "auto", "True", "0.9", "0"], 1.0)
-        yield info
+            kv.add_metric([s.name, "0"], s.kv_cache_usage)
+        yield from (sleep, kv)
         for name, doc, value in _COUNTERS:
-            counter = CounterMetricFamily(name, doc, labels=_LABELS)
-            for s in states:
-                counter.add_metric([s.name, "0"], _whole(value(s)))
-            yield counter
-        success = CounterMetricFamily(
+            yield self._counter(name, doc, _LABELS, [([s.name, "0"], value(s)) for s in states])
+        yield self._counter(
+            "vllm:prompt_tokens_by_source",
+            "Number of prompt tokens by source.",
+            [*_LABELS, "source"],
+            [([s.name, "0", source], fill(s)) for s in states for source, fill in _PROMPT_BY_SOURCE.items()],
+        )
+        yield self._counter(
+            "vllm:prompt_tokens_cached",
+            "Number of cached prompt tokens (local + external).",
+            _LABELS,
+            [([s.name, "0"], s.prompt_tokens * PREFIX_HIT_SHARE) for s in states],
+        )
+        yield self._counter(
+            "vllm:prompt_tokens_cached_by_source",
+            _CACHED_BY_SOURCE,
+            [*_LABELS, "source"],
+            [
+                ([s.name, "0", source], s.prompt_tokens * PREFIX_HIT_SHARE if source == "device" else 0.0)
+                for s in states
+                for source in CACHE_HIT_SOURCES
+            ],
+        )
+        yield self._counter(
+            "vllm:generation_tokens",
+            "Number of generation tokens processed.",
+            _LABELS,
+            [([s.name, "0"], s.generation_tokens) for s in states],
+        )
+        rows: list[tuple[list[str], float]] = []
+        for s in states:
+            # a tenth end at max_tokens ("length"), the rest at a stop token; none aborted, none in error: the
+            # series sum to the whole requests finished (what the agent reads as requests_finished), each
+            # never falling
+            length = _whole(s.finished * 0.1)
+            counts = {"stop": _whole(s.finished) - length, "length": length}
+            rows += [([s.name, "0", reason], counts.get(reason, 0.0)) for reason in FINISH_REASONS]
+        yield self._counter(
             "vllm:request_success",
             "Count of successfully processed requests.",
-            labels=[*_LABELS, "finished_reason"],
+            [*_LABELS, "finished_reason"],
+            rows,
         )
-        for s in states:
-            # a tenth end at max_tokens ("length"), the rest at a stop token, none aborted: the series sum to
-            # the whole requests finished (what the agent reads as requests_finished), each never falling
-            length = _whole(s.finished * 0.1)
-            for reason, count in zip(FINISH_REASONS, (_whole(s.finished) - length, length, 0.0), strict=True):
-                success.add_metric([s.name, "0", reason], count)
-        yield success
+        yield self._counter(  # the API server's, per model: no engine label
+            "vllm:admission_rejections",
+            "Number of admission attempts rejected by a queue limit, by reason.",
+            ["model_name", "reason"],
+            [([s.name, reason], 0.0) for s in states for reason in ADMISSION_REASONS],
+        )
         for name, doc in _HISTOGRAMS.items():
             family = HistogramMetricFamily(name, doc, labels=_LABELS)
             for s in states:
                 hist = s.histograms[name]
                 family.add_metric([s.name, "0"], hist.buckets(), hist.sum)
+                _created(family, {"model_name": s.name, "engine": "0"}, self.engine.started)
             yield family
+        labels = _cache_config(self.engine.config)
+        info = GaugeMetricFamily(
+            "vllm:cache_config_info", "Information of the LLMEngine CacheConfig", labels=list(labels)
+        )
+        info.add_metric(list(labels.values()), 1.0)
+        yield info
 
 
 def _whole(value: float) -> float:
@@ -435,13 +739,14 @@ class MockEngineServer:
 async def start_mock_engine(
     engine: MockEngine, host: str = "127.0.0.1", port: int = 0, *, sock: socket.socket | None = None
 ) -> MockEngineServer:
-    """Serve ``engine`` on ``host:port`` (0: a free port) with aiohttp: ``GET /metrics``, ``GET /health``;
+    """Serve ``engine`` on ``host:port`` (0: a free port) with aiohttp: ``GET /metrics`` (the text format
+    whatever the ``Accept`` header, as vLLM answers), ``GET /health``;
     ``sock``: a listening socket to serve on instead (bound earlier, so its port is known before)."""
     app = web.Application()
     server: MockEngineServer | None = None
 
     async def metrics(request: web.Request) -> web.Response:
-        body, content_type = engine.exposition(request.headers.get("Accept"))
+        body, content_type = engine.exposition()  # as vLLM answers: the Accept header is not read
         if server is not None:
             server.scrapes += 1
         return web.Response(body=body, headers={"Content-Type": content_type})
