@@ -1,72 +1,97 @@
 #!/usr/bin/env python3
-"""Side by side with the Go peer pmady/keda-gpu-scaler: the same node, GPUs, metadata meaning and clients.
+"""Side by side with the Go peer pmady/keda-gpu-scaler v0.6.0: the same node, GPUs, metadata and clients.
 
-The setup, for each side: one node with 8 mock GPUs at fixed utilizations (``util(0, g)`` of ``_common.py``:
-10, 47, 84, 40, 77, 33, 70, 26 %), scope node, the same trigger meaning (``gpu_utilization``, an
-aggregation, a target, an activation threshold) written in each side's own metadata keys.
+The peer is its own release source (``../shared/peer/keda-gpu-scaler-v0.6.0``, or ``--peer-source``), built
+once through the wrapper module ``bench/peer/`` (``_peer.py``): its own ``pkg/scaler`` served over gRPC as its
+``cmd/keda-gpu-scaler/main.go`` serves it, with its ``gpu.MockCollector`` holding the GPUs gpuscale's mock
+backend produces. Without that source (or Go) the run prints one line and skips.
 
-* gpuscale: ``gpuscale agent --backend mock --serve-external-scaler`` (its CLI, a subprocess), the node's
-  agent answering KEDA's calls from its own samples.
-* the peer: its own external scaler (``pkg/scaler``) over its own gRPC server, fed by a collector of the same
-  8 GPUs. Its binary needs NVML, so it is to be built from a wrapper Go module in ``bench/peer/`` depending on
-  ``github.com/pmady/keda-gpu-scaler`` through the Go module proxy. The proxy refuses that module (every
-  version); this script asks it again on each run, through the ``go`` command, and records the answer. While
-  it is refused the peer is not measured, the table says why, and no ratio is given.
+The setup, for each side: one node of 8 mock H100s at fixed utilizations (``util(0, g)`` of ``_common.py``:
+10, 47, 84, 40, 77, 33, 70, 26 %), node scope, the same trigger meaning (``gpu_utilization``, an
+aggregation, target 60, an activation threshold) in each side's own metadata keys. gpuscale is
+``gpuscale agent --backend mock --serve-external-scaler`` (its CLI, 1 s sampling, the GPUs from a demand
+file); the peer reads its collector on every call.
 
-Measured for each side, the sides taking turns (``--rounds``, order alternating) so that the machine's noise
-hits both: the values (``GetMetricSpec``, ``GetMetrics`` for max/min/avg/sum, ``IsActive`` on each side of the
-activation threshold) against the truth; ``GetMetrics`` and ``IsActive`` latency one call at a time from the
-Python gRPC client and from the C++ one (``bench/load/grpc_load.cc``); throughput on one connection with 64
-calls in flight (C++), the server's CPU per call and calls per CPU-second; the server's CPU and RSS idle and
-under that load. ``Health/Check`` on the same server is the floor of the gRPC stack. What the peer has no
-equivalent for is listed (``PEER_HAS_NO``), never measured as something else.
+Measured, the sides taking turns (``--rounds``, order alternating) so that the machine's noise hits both:
 
+* values: ``GetMetricSpec``, ``GetMetrics`` for max/min/avg/sum (the aggregates both define alike) against
+  the truth, ``IsActive`` on each side of the activation threshold;
+* latency one call at a time, ``GetMetrics``, ``IsActive`` and ``Health/Check`` (the gRPC floor), from the
+  Python client and the C++ one (``bench/load/grpc_load.cc``); throughput on one connection with 1 and 64
+  calls in flight (C++), the server's CPU per call and calls per CPU-second, CPU and RSS idle and under load;
+  gpuscale's RSS beside the floor of its runtime (a Python process with the agent's imports, serving nothing);
+* reaction to a GPU step (every GPU +30 %, capped at 100: the average 48.4 -> 75.75 across 60, and back):
+  when ``GetMetrics`` (polled every 20 ms) and ``StreamIsActive`` (KEDA's ``external-push``) show it;
+* the engine path: a mock vLLM (``gpuscale.backends.mock_engine``) whose queue steps 0 -> 20 (target and
+  activation 5). gpuscale reads it through its agent (the engine of a GPU pod: a local API server and kubelet,
+  as ``engine_reaction.py``) and scaler; the peer through its ``pkg/vllm`` client (``vllmEndpoint``), which
+  scrapes on every call. The same reaction paths; and the CPU per scrape of each side's client against the
+  same engine (served by its own process), gpuscale's scrape + parse + map against the peer's ``Scrape``.
+
+Where one side has no equivalent of the other's feature, the table says so; nothing is measured in its place.
 Writes bench/results/peer-keda-gpu-scaler.json and prints the side-by-side table.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
-import re
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import _common as c
+import _peer
+import _peer_paths as paths
 
-PEER_MODULE = "github.com/pmady/keda-gpu-scaler"
-PEER_RELEASE = "v0.6.0"  # the newest tag of the peer's repository as read (shared reference, keda.md)
+NODE = c.node_name(0)
 UTILS = [c.util(0, g) for g in range(c.GPUS_PER_NODE)]
+STEP = 30.0  # every GPU +30 %: the average from 48.375 to 78.375
 TARGET = 60.0
-AGGREGATIONS = ("max", "min", "avg", "sum")  # the aggregations both sides define the same way
+AGGREGATIONS = ("max", "min", "avg", "sum")  # the aggregations both sides define alike
 CPP_CLIENT = "bench/load/grpc_load.cc"
+ENGINE_TARGET = 5.0
+PEER_POLL_DEFAULT = 10  # the peer's pollIntervalSeconds when the metadata sets none (pkg/scaler/server.go)
 
-# What gpuscale has that the peer's external scaler does not, as read in the peer's source (the shared
-# reference, keda.md section 4.1, and pkg/scaler/server.go); none of it is measured against anything else.
-PEER_HAS_NO = {
-    "workload scope": "the peer reports the GPUs of the node whose pod answers; no pod attribution, no "
-    "cross-node view (its issues #113 and #142)",
-    "pool scope": "no node selection by labels",
-    "window and staleAfter": "the peer reads NVML on every call (no samples kept, no smoothing, no "
-    "staleness: a GPU that cannot be read fails the call)",
-    "StreamIsActive on change": "the peer sends IsActive every pollIntervalSeconds (default 10 s), on a "
-    "ticker",
-    "p50 and p90; p95/p99 by interpolation": "the peer has max, min, avg, sum, and p95/p99 by nearest rank: "
-    "its p95 of these 8 GPUs is 84, gpuscale's 81.55",
-    "GPM activity metrics": "no sm_active, tensor_active, dram_active, gr_engine_active, sm_occupancy",
-    "integer fields for KEDA <= 2.16": "the peer sets only targetSizeFloat and metricValueFloat",
-}
+
+def step_timeout(pause: float) -> float:
+    """How long a step waits for every path: the peer's stream ticks every 10 s by default."""
+    return max(pause, PEER_POLL_DEFAULT) + 5.0
+
+
+# What one side has and the other has no equivalent of, read in the peer's source (pkg/scaler/server.go,
+# pkg/vllm, pkg/profiles) and gpuscale's; docs/peer.md has the whole comparison. Nothing here is measured.
+NO_EQUIVALENT: list[tuple[str, str, str]] = [
+    ("workload scope: the GPUs of the scale target's pods, any node", "yes", "no equivalent"),
+    ("pool scope: nodes chosen by labels", "yes", "no equivalent"),
+    ("window (smoothing) and staleAfter", "yes", "no equivalent: reads on every call"),
+    (
+        "StreamIsActive sent on change",
+        "yes",
+        f"no equivalent: every pollIntervalSeconds ({PEER_POLL_DEFAULT} s)",
+    ),
+    (
+        "p50, p90; p95/p99 by interpolation",
+        "yes",
+        "no equivalent: p95/p99 by nearest rank (84 here, not 81.55)",
+    ),
+    ("GPM activity metrics (sm_active, tensor_active, ...)", "yes", "no equivalent"),
+    ("integer fields for KEDA <= 2.16", "yes", "no equivalent: floats only"),
+    ("engine metrics summed over a workload's pods", "yes", "no equivalent: one vllmEndpoint URL"),
+    ("vLLM V1 KV cache (vllm:kv_cache_usage_perc)", "yes", "no equivalent: reads vllm:gpu_cache_usage_perc"),
+    ("one GPU by index (gpuIndex)", "no equivalent", "yes"),
+    ("PCIe and NVLink throughput as trigger metrics", "no equivalent", "yes"),
+    ("Triton mean queue wait (triton_queue_wait_ms)", "no equivalent: queue length, request rate", "yes"),
+]
 
 
 def gpuscale_metadata(aggregation: str = "avg", activation: float = 0.0) -> dict[str, str]:
@@ -91,8 +116,33 @@ def peer_metadata(aggregation: str = "avg", activation: float = 0.0) -> dict[str
     }
 
 
+def gpuscale_engine_metadata() -> dict[str, str]:
+    t = f"{ENGINE_TARGET:g}"
+    return {"metric": "queue_length", "window": "0", "targetValue": t, "activationValue": t}
+
+
+def peer_engine_metadata(engine_url: str) -> dict[str, str]:
+    t = f"{ENGINE_TARGET:g}"
+    return {
+        "metricType": "vllm_queue_depth",
+        "vllmEndpoint": engine_url,
+        "targetValue": t,
+        "activationThreshold": t,
+    }
+
+
 def expected(aggregation: str) -> float:
-    return {"max": max, "min": min, "sum": sum, "avg": statistics.fmean}[aggregation](UTILS)
+    aggregate: dict[str, Callable[[list[float]], float]] = {
+        "max": max,
+        "min": min,
+        "sum": sum,
+        "avg": statistics.fmean,
+    }
+    return aggregate[aggregation](UTILS)
+
+
+def demand(utils: list[float]) -> dict[str, Any]:
+    return {"gpus": {str(i): {"utilization": u} for i, u in enumerate(utils)}}
 
 
 @dataclass
@@ -113,99 +163,43 @@ class Side:
 
 # -- the sides ---------------------------------------------------------------------------------------------
 @contextlib.contextmanager
-def gpuscale_side() -> Iterator[Side]:
+def gpuscale_side(demand_file: Path) -> Iterator[Side]:
     grpc_port, metrics_port = c.free_port(), c.free_port()
     cmd = [
-        sys.executable,
-        "-m",
-        "gpuscale",
-        "--log-level",
-        "warning",
-        "agent",
-        "--backend",
-        "mock",
-        "--mock-gpus",
-        str(c.GPUS_PER_NODE),
-        "--mock-pattern",
-        ",".join(f"constant:{u:g}" for u in UTILS),
-        "--interval",
-        "1",
-        "--node-name",
-        c.node_name(0),
-        "--grpc-address",
-        f"127.0.0.1:{grpc_port}",
-        "--metrics-address",
-        f"127.0.0.1:{metrics_port}",
-        "--kubelet-socket",
-        "/nonexistent/kubelet.sock",
+        sys.executable, "-m", "gpuscale", "--log-level", "warning", "agent", "--backend", "mock",
+        "--mock-gpus", str(c.GPUS_PER_NODE), "--mock-demand-file", str(demand_file), "--interval", "1",
+        "--node-name", NODE, "--grpc-address", f"127.0.0.1:{grpc_port}",
+        "--metrics-address", f"127.0.0.1:{metrics_port}", "--kubelet-socket", "/nonexistent/kubelet.sock",
         "--serve-external-scaler",
-    ]
+    ]  # fmt: skip
     proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(c.ROOT / "src")})
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/readyz", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("gpuscale agent did not become ready")
-            time.sleep(0.1)
+        paths.wait_ready(f"http://127.0.0.1:{metrics_port}/readyz", proc, "the gpuscale agent")
         yield Side("gpuscale", grpc_port, proc.pid, gpuscale_metadata)
     finally:
         c.stop(proc)
 
 
-def _redact(text: str) -> str:
-    """The go command's message with the proxy's address left out (``$GOPROXY``)."""
-    return re.sub(r"https?://[^/\s]+", "$GOPROXY", text).strip()
-
-
-def peer_module_answer() -> dict[str, Any]:
-    """Ask the Go module proxy, through the ``go`` command, for the peer's versions and for its newest
-    release; return what it answered: the versions, or its refusal word for word (the proxy's address left
-    out)."""
-    go = shutil.which("go")
-    if go is None:
-        return {"served": False, "refused": ["the go command is not installed"]}
-    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOWORK": "off"}
-    with tempfile.TemporaryDirectory() as tmp:
-        listed = subprocess.run(
-            [go, "list", "-m", "-versions", PEER_MODULE],
-            cwd=tmp,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
+def python_floor_rss() -> dict[str, float]:
+    """RSS of a Python process doing nothing, and of one with the agent's imports: the runtime's floor."""
+    out = {}
+    for name, code in (
+        ("python_bare", "pass"),
+        ("python_with_agent_imports", "import gpuscale.cli, gpuscale.agent.service, gpuscale.scaler.local"),
+    ):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", f"{code}\nimport sys, time\nprint(flush=True)\ntime.sleep(30)"],
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(c.ROOT / "src")},
         )
-        release = subprocess.run(
-            [go, "mod", "download", "-json", f"{PEER_MODULE}@{PEER_RELEASE}"],
-            cwd=tmp,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-    refused = []
-    versions = listed.stdout.split()[1:] if listed.returncode == 0 else []
-    if listed.returncode != 0:
-        refused.append(_redact(listed.stderr))
-    if release.returncode != 0:
         try:
-            refused.append(_redact(json.loads(release.stdout)["Error"]))
-        except (ValueError, KeyError):
-            refused.append(_redact(release.stderr or release.stdout))
-    return {
-        "commands": [
-            f"go list -m -versions {PEER_MODULE}",
-            f"go mod download -json {PEER_MODULE}@{PEER_RELEASE}",
-        ],
-        "go": subprocess.run([go, "version"], capture_output=True, text=True).stdout.strip(),
-        "goproxy": "set in the environment" if "GOPROXY" in os.environ else "the go command's default",
-        "served": bool(versions) and release.returncode == 0,
-        "versions": versions,
-        "refused": refused,
-    }
+            assert proc.stdout is not None
+            proc.stdout.readline()
+            time.sleep(0.5)
+            out[name] = round(c.rss_mib(proc.pid), 1)
+        finally:
+            c.stop(proc)
+    return out
 
 
 # -- measurements ------------------------------------------------------------------------------------------
@@ -351,16 +345,111 @@ def idle(sides: list[Side], seconds: float) -> None:
         )
 
 
-def median_of(runs: list[dict[str, Any]], *path: str) -> float:
-    got = []
-    for r in runs:
-        for k in path:
-            r = r[k]
-        got.append(float(r))
-    return statistics.median(got)
+# -- reaction ----------------------------------------------------------------------------------------------
+def peer_refs(metadata: dict[str, str]) -> tuple[Any, Any, Any]:
+    """The peer's ref as given, and for its stream at its default pollIntervalSeconds and at 1 s."""
+    from gpuscale._proto import externalscaler_pb2 as pb
+
+    def ref(md: dict[str, str]) -> Any:
+        return pb.ScaledObjectRef(name="llm", namespace="default", scalerMetadata=md)
+
+    return ref(metadata), ref(metadata), ref({**metadata, "pollIntervalSeconds": "1"})
+
+
+async def gpu_reaction(
+    gpuscale: Side, peer: _peer.PeerProcess, demand_file: Path, steps: int, pause: float
+) -> dict[str, Any]:
+    """Every GPU +30 % at one instant (gpuscale's demand file rewritten, the peer's GPUs swapped); back."""
+    from gpuscale._proto import externalscaler_pb2 as pb
+
+    low, high = UTILS, [min(100.0, u + STEP) for u in UTILS]  # the mock caps at 100 %
+    peer_low, peer_high = _peer.mock_gpus(NODE, low), _peer.mock_gpus(NODE, high)
+    g_ref = pb.ScaledObjectRef(
+        name="llm", namespace="default", scalerMetadata=gpuscale_metadata("avg", TARGET)
+    )
+    p_ref, p_push, p_push_1s = peer_refs(peer_metadata("avg", TARGET))
+
+    def set_level(up: bool) -> float:
+        t = time.monotonic()
+        _peer.write_json(demand_file, demand(high if up else low))
+        peer.set_gpus(peer_high if up else peer_low)
+        return t
+
+    watch = paths.Watch(
+        getmetrics={
+            "gpuscale_getmetrics": (gpuscale.port, g_ref, TARGET),
+            "peer_getmetrics": (peer.port, p_ref, TARGET),
+        },
+        push={
+            "gpuscale_push": (gpuscale.port, g_ref),
+            "peer_push": (peer.port, p_push),
+            "peer_push_1s": (peer.port, p_push_1s),
+        },
+    )
+    result = await paths.react(watch, set_level, steps, pause, step_timeout(pause), "GPU")
+    return {
+        "from_avg": statistics.fmean(low),
+        "to_avg": statistics.fmean(high),
+        "threshold": TARGET,
+        **result,
+    }
+
+
+async def engine_reaction(peer: _peer.PeerProcess, steps: int, pause: float) -> dict[str, Any]:
+    """The mock vLLM's queue 0 -> 20 and back: gpuscale through its agent and scaler, the peer through its
+    vLLM client; the same reaction paths as the GPU step."""
+    from gpuscale._proto import externalscaler_pb2 as pb
+
+    with paths.engine_process("step") as engine:
+        async with paths.gpuscale_engine_stack(engine.port) as (scaler_port, agent_metrics):
+            g_ref = pb.ScaledObjectRef(
+                name="llm", namespace=paths.NAMESPACE, scalerMetadata=gpuscale_engine_metadata()
+            )
+            p_ref, p_push, p_push_1s = peer_refs(peer_engine_metadata(engine.url))
+            watch = paths.Watch(
+                getmetrics={
+                    "gpuscale_getmetrics": (scaler_port, g_ref, ENGINE_TARGET),
+                    "peer_getmetrics": (peer.port, p_ref, ENGINE_TARGET),
+                },
+                push={
+                    "gpuscale_push": (scaler_port, g_ref),
+                    "peer_push": (peer.port, p_push),
+                    "peer_push_1s": (peer.port, p_push_1s),
+                },
+            )
+            await asyncio.sleep(3.0)  # the agent has discovered and scraped the engine
+            result = await paths.react(watch, engine.step, steps, pause, step_timeout(pause), "engine")
+            scrapes = await asyncio.to_thread(paths.engine_scrapes, agent_metrics)
+    return {
+        "queue_from": 0,
+        "queue_to": paths.HIGH_QUEUE,
+        "threshold": ENGINE_TARGET,
+        "gpuscale_agent_engine_scrapes_by_result": scrapes,
+        **result,
+    }
+
+
+async def reactions(
+    gpuscale: Side, peer: _peer.PeerProcess, demand_file: Path, steps: int, pause: float
+) -> dict[str, Any]:
+    """Both reaction phases in one event loop (grpc.aio stays on the loop it started on)."""
+    return {
+        "gpu_reaction": await gpu_reaction(gpuscale, peer, demand_file, steps, pause),
+        "engine_reaction": await engine_reaction(peer, steps, pause),
+    }
 
 
 # -- the table ---------------------------------------------------------------------------------------------
+def median_of(runs: list[dict[str, Any]], *path: str) -> float:
+    got = []
+    for r in runs:
+        value: Any = r
+        for k in path:
+            value = value[k]
+        got.append(float(value))
+    return statistics.median(got)
+
+
 ROWS: list[tuple[str, tuple[str, ...], str]] = [
     ("GetMetrics p50, Python client (ms)", ("python", "getmetrics", "p50"), "lower"),
     ("GetMetrics p99, Python client (ms)", ("python", "getmetrics", "p99"), "lower"),
@@ -376,44 +465,107 @@ ROWS: list[tuple[str, tuple[str, ...], str]] = [
     ("GetMetrics calls/s, 64 in flight, 1 connection", ("load", "getmetrics", "calls_per_s"), "higher"),
     ("GetMetrics calls per CPU-second", ("load", "getmetrics", "calls_per_cpu_s"), "higher"),
     ("server CPU per GetMetrics (us)", ("load", "getmetrics", "server_cpu_us_per_call"), "lower"),
-    ("server CPU under load (cores)", ("load", "getmetrics", "server_cpu_cores"), "n/a"),
-    ("RSS under load (MiB)", ("load", "getmetrics", "server_rss_mib"), "lower"),
+    ("server CPU under load (cores)", ("load", "getmetrics", "server_cpu_cores"), ""),
     ("floor: Health/Check calls/s, 64 in flight", ("load", "health_check", "calls_per_s"), "higher"),
-    ("CPU idle (cores)", ("idle", "cpu_cores"), "lower"),
+    ("RSS under load (MiB)", ("load", "getmetrics", "server_rss_mib"), "lower"),
     ("RSS idle (MiB)", ("idle", "rss_mib"), "lower"),
+    ("CPU idle (cores)", ("idle", "cpu_cores"), "lower"),
 ]
 
 
-def summarize(sides: list[Side]) -> dict[str, dict[str, float]]:
-    return {
-        s.name: {label: round(median_of(s.results[path[0]], *path[1:]), 4) for label, path, _ in ROWS}
-        for s in sides
-    }
+Row = tuple[str, float | str, float | str, str]  # label, gpuscale, peer, which is better: lower/higher/""
 
 
-def table(summary: dict[str, dict[str, float]], peer_note: str | None) -> str:
-    lines = ["| (median of the rounds) | gpuscale | keda-gpu-scaler | peer / gpuscale |", "|---|---|---|---|"]
-    g, p = summary.get("gpuscale", {}), summary.get("keda-gpu-scaler")
-    for label, _, _ in ROWS:
-        peer = f"{p[label]:g}" if p else "not measured"
-        ratio = f"{p[label] / g[label]:.2f}" if p and g.get(label) else "n/a"
-        lines.append(f"| {label} | {g.get(label, float('nan')):g} | {peer} | {ratio} |")
-    if peer_note:
-        lines.append("")
-        lines.append(f"keda-gpu-scaler not measured: {peer_note}")
+def reaction_rows(result: dict[str, Any], what: str, value: str) -> list[Row]:
+    up = result["step_up_s"]
+    rows: list[Row] = []
+    for shows, g, p in (("GetMetrics shows it", "gpuscale_getmetrics", "peer_getmetrics"),
+                        ("StreamIsActive true", "gpuscale_push", "peer_push")):  # fmt: skip
+        for q in ("p50", "p95"):
+            rows.append((f"{what} -> {shows}, {q} (s)", up[g][q], up[p][q], "lower"))
+    label = f"{what} -> StreamIsActive true, p95; peer at pollIntervalSeconds 1 (s)"
+    rows.append((label, up["gpuscale_push"]["p95"], up["peer_push_1s"]["p95"], "lower"))
+    read = [
+        statistics.median(v[p] for v in result["getmetrics_values_at_high"] if p in v)
+        for p in ("gpuscale_getmetrics", "peer_getmetrics")
+    ]
+    rows.append((f"{what}: GetMetrics at the high level, {value}", read[0], read[1], ""))
+    return rows
+
+
+def summarize(sides: list[Side], extra: dict[str, Any]) -> list[Row]:
+    agree = [str(s.results["values"][0]["agree"]).lower() for s in sides]
+    rows: list[Row] = [("max, min, avg, sum and IsActive equal the truth", agree[0], agree[1], "")]
+    for label, path, better in ROWS:
+        pair = [round(median_of(s.results[path[0]], *path[1:]), 4) for s in sides]
+        rows.append((label, pair[0], pair[1], better))
+    peak = [s.results["peak_rss_mib"][0]["VmHWM"] for s in sides]
+    rows.append(("peak RSS over the run (MiB)", peak[0], peak[1], "lower"))
+    floors = extra["python_floor_rss_mib"]
+    label = "floor: RSS of Python with the agent's imports, serving nothing (MiB)"
+    rows.append((label, floors["python_with_agent_imports"], "n/a", ""))
+    gpu, eng = extra["gpu_reaction"], extra["engine_reaction"]
+    rows += reaction_rows(gpu, "GPU step", f"avg {gpu['to_avg']:g}")
+    rows += reaction_rows(eng, "engine queue step", f"{eng['queue_to']} waiting")
+    cost = extra["scrape_cost"]["runs"]
+    for label, key, sub in (
+        ("engine scrape: client CPU per scrape (us)", "cpu_us_per_scrape", None),
+        ("engine scrape: wall p50 (ms)", "wall_ms", "p50"),
+    ):
+        vals = [
+            statistics.median(r[key] if sub is None else r[key][sub] for r in cost[s])
+            for s in ("gpuscale", "keda-gpu-scaler")
+        ]
+        rows.append((label, round(vals[0], 3), round(vals[1], 3), "lower"))
+    return rows
+
+
+def table(rows: list[Row]) -> str:
+    lines = [
+        "| node scope, 8 GPUs | gpuscale | keda-gpu-scaler | gpuscale / peer | better |",
+        "|---|---|---|---|---|",
+    ]
+    for label, g, p, better in rows:
+        ratio, who = "n/a", ""
+        if isinstance(g, float | int) and isinstance(p, float | int) and p:
+            ratio = f"{g / p:.2f}"
+            if better and g != p:
+                who = "gpuscale" if (g < p) == (better == "lower") else "keda-gpu-scaler"
+        cells = [f"{x:g}" if isinstance(x, float | int) else x for x in (g, p)]
+        lines.append(f"| {label} | {cells[0]} | {cells[1]} | {ratio} | {who} |")
+    for feature, g_has, p_has in NO_EQUIVALENT:
+        lines.append(f"| {feature} | {g_has} | {p_has} | not measured | |")
     return "\n".join(lines)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--peer-source", help=f"the peer's release source (default {_peer.DEFAULT_SOURCE})")
+    ap.add_argument("--build-only", action="store_true", help="build the peer (or find it cached) and stop")
     ap.add_argument("--rounds", type=int, default=2, help="turns of every measurement per side (default 2)")
     ap.add_argument("--calls", type=int, default=2000, help="sequential Python calls per method per round")
     ap.add_argument("--seconds", type=float, default=4.0, help="each C++ client run (default 4)")
     ap.add_argument("--threads", type=int, default=64, help="calls in flight under load (default 64)")
     ap.add_argument("--idle", type=float, default=10.0, help="seconds of the idle reading (default 10)")
+    ap.add_argument("--steps", type=int, default=8, help="GPU and engine steps up and down (default 8)")
+    ap.add_argument(
+        "--pause", type=float, default=10.0, help="random pause before a step, up to (default 10)"
+    )
+    ap.add_argument(
+        "--scrapes", type=int, default=1000, help="engine scrapes per side per round (default 1000)"
+    )
     ap.add_argument("--out")
     args = ap.parse_args()
     c.exit_on_sigterm()
+    source = _peer.source_dir(args.peer_source)
+    try:
+        peer_binary = _peer.build(source)
+    except _peer.PeerUnavailable as e:
+        print(e)
+        return 0
+    if args.build_only:
+        print(peer_binary)
+        return 0
     load_at_start = [round(x, 2) for x in os.getloadavg()]
     binary = c.grpc_load_binary()
     if binary is None:
@@ -422,22 +574,16 @@ def main() -> int:
             file=sys.stderr,
         )
         return 2
-    print(f"asking the Go module proxy for {PEER_MODULE} ...", file=sys.stderr)
-    peer = peer_module_answer()
-    peer_note = None
-    if not peer["served"]:
-        peer_note = "the Go module proxy refuses the module: " + "; ".join(
-            " ".join(msg.split()) for msg in peer["refused"]
-        )
-    else:
-        peer_note = (
-            f"the module proxy serves {PEER_MODULE} ({', '.join(peer['versions'])}) but the wrapper "
-            "module bench/peer/ is not written yet (issue 19)"
-        )
-    print(peer_note, file=sys.stderr)
 
+    extra: dict[str, Any] = {}
     with contextlib.ExitStack() as stack:
-        sides = [stack.enter_context(gpuscale_side())]
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpuscale-peer-compare-")))
+        demand_file = tmp / "demand.json"
+        _peer.write_json(demand_file, demand(UTILS))
+        g = stack.enter_context(gpuscale_side(demand_file))
+        peer = stack.enter_context(_peer.peer_scaler(peer_binary, _peer.mock_gpus(NODE, UTILS)))
+        p = Side("keda-gpu-scaler", peer.port, peer.pid, peer_metadata)
+        sides = [g, p]
         time.sleep(3)  # a few sampling rounds: every GPU has a sample
         for s in sides:
             s.results["values"] = [values(s)]
@@ -450,25 +596,48 @@ def main() -> int:
                 ("load", lambda s: under_load(binary, s, args.seconds, args.threads)),
             ):
                 for s in order:
-                    print(f"round {r + 1}/{args.rounds}: {step} on {s.name}", file=sys.stderr)
+                    print(f"round {r + 1}/{args.rounds}: {step} on {s.name}", file=sys.stderr, flush=True)
                     s.results.setdefault(step, []).append(run(s))
         idle(sides, args.idle)
         for s in sides:
             s.results["peak_rss_mib"] = [{"VmHWM": round(c.rss_mib(s.pid, "VmHWM"), 1)}]
+        extra["python_floor_rss_mib"] = python_floor_rss()
+        extra.update(asyncio.run(reactions(g, peer, demand_file, args.steps, args.pause)))
+    extra["scrape_cost"] = paths.scrape_cost(peer_binary, args.scrapes, args.rounds)
 
-    summary = summarize(sides)
+    rows = summarize(sides, extra)
+    built = json.loads((peer_binary.parent.parent / "built.json").read_text())
     result = {
         "benchmark": "peer-compare",
-        "machine": {**c.machine(), "load_average_1_5_15_at_start": load_at_start},
+        "machine": {
+            **c.machine(),
+            "load_average_1_5_15_at_start": load_at_start,
+            "load_average_1_5_15_at_end": [round(x, 2) for x in os.getloadavg()],
+        },
+        "note": "every process of the run shares the machine's cores with other work: read the ratios",
+        "peer": {
+            "module": _peer.MODULE,
+            "release": _peer.RELEASE,
+            "source": "../shared/peer/keda-gpu-scaler-v0.6.0 (the tag, unchanged)"
+            if source == _peer.DEFAULT_SOURCE
+            else str(source),
+            "go": built["go"],
+            "wrapper": "bench/peer (pkg/scaler over gRPC, gpu.MockCollector, pkg/metrics and /metrics on)",
+        },
         "setup": {
-            "node": c.node_name(0),
+            "node": NODE,
             "gpus": c.GPUS_PER_NODE,
+            "model": "h100 (gpuscale's mock backend; the peer's MockCollector holds the same samples)",
             "utilizations": UTILS,
             "scope": "node",
             "metric": "gpu_utilization",
             "target": TARGET,
             "gpuscale": "gpuscale agent --backend mock --serve-external-scaler (subprocess, 1 s sampling)",
             "metadata": {"gpuscale": gpuscale_metadata(), "keda-gpu-scaler": peer_metadata()},
+            "engine_metadata": {
+                "gpuscale": gpuscale_engine_metadata(),
+                "keda-gpu-scaler": peer_engine_metadata("http://<engine>/metrics"),
+            },
             "clients": {
                 "python": "grpcio sync stub, one call at a time",
                 "cpp": f"{CPP_CLIENT}, one connection",
@@ -478,27 +647,21 @@ def main() -> int:
             "cpp_seconds": args.seconds,
             "threads_under_load": args.threads,
             "idle_seconds": args.idle,
+            "steps": args.steps,
+            "pause_s": args.pause,
         },
-        "peer": {
-            "module": PEER_MODULE,
-            "release": PEER_RELEASE,
-            "measured": False,
-            "why": peer_note,
-            "module_proxy": peer,
-        },
-        "peer_has_no": PEER_HAS_NO,
-        "summary": summary,
+        "table": [{"row": r[0], "gpuscale": r[1], "keda-gpu-scaler": r[2], "better": r[3]} for r in rows],
+        "no_equivalent": [
+            {"feature": f, "gpuscale": g_, "keda-gpu-scaler": p_} for f, g_, p_ in NO_EQUIVALENT
+        ],
+        **extra,
         "runs": {s.name: s.results for s in sides},
     }
     path = Path(args.out) if args.out else c.RESULTS / "peer-keda-gpu-scaler.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {path.relative_to(c.ROOT) if path.is_relative_to(c.ROOT) else path}")
-    print(table(summary, peer_note))
-    print()
-    print("What the peer has no equivalent of (not measured as anything else):")
-    for k, v in PEER_HAS_NO.items():
-        print(f"- {k}: {v}")
+    print(table(rows))
     return 0
 
 
