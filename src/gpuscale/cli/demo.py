@@ -10,9 +10,11 @@ from pathlib import Path
 
 from .. import plotting
 from ..demo import PATTERNS, DemoError, DemoSettings, Wake, run_demo
+from ..demo.realvllm import VllmSummary
 from ..errors import UsageError
 from ..scaling.keys import ENGINE_METRICS
 from ..scaling.profiles import BUILTIN_PROFILES, ProfileSet
+from ..vllmcpu import Engine, cache_dir, find
 
 __all__ = ["register"]
 
@@ -23,6 +25,7 @@ REAL_PROFILE = "online-inference"  # the real control plane's pods run no engine
 # the wake is seen; a GPU profile starts at one replica under a low load
 WAKE_PATTERN = "wake"
 PATTERN = "burst"
+ENGINES = ("mock", "vllm")  # --engine: every pod on the mock vLLM engine, or one of them on the real vLLM
 
 
 def profile_of(args: argparse.Namespace) -> str:
@@ -78,6 +81,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "sets window: 2 s",
     )
     p.add_argument(
+        "--engine",
+        default="mock",
+        metavar="{mock,vllm}",
+        help="the pods' inference engines with an engine profile: mock (default), every pod on the mock "
+        "vLLM engine; vllm, one pod on the real vLLM (its CPU build serving a tiny model; install it first "
+        "with scripts/vllm-cpu build), started with the demo and given to a Ready pod once healthy (about a "
+        "minute on 2 cores), the others on the mock",
+    )
+    p.add_argument(
         "--out", default="gpuscale-demo", help="directory for the outputs (default ./gpuscale-demo)"
     )
     p.add_argument(
@@ -120,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
         )
     args.profile = profile_of(args)
     args.pattern = pattern_of(args, args.profile)
+    vllm = real_vllm(args)
     if args.control_plane == "real":
         metric = ProfileSet.builtin()[args.profile].metric
         if metric in ENGINE_METRICS:
@@ -135,11 +148,13 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     out = writable_directory(Path(args.out), "--out")
     settings = DemoSettings(
-        out_dir=out, duration=args.duration, pattern=args.pattern, profile=args.profile, live=live
+        out_dir=out, duration=args.duration, pattern=args.pattern, profile=args.profile, live=live, vllm=vllm
     )
     print(
         f"gpuscale demo: {args.duration:g} s of the {args.pattern} pattern, profile {args.profile}, on 3 "
-        "mock nodes with 2 GPUs each (start-up takes a few seconds; Ctrl-C stops)",
+        "mock nodes with 2 GPUs each"
+        + (", one pod's engine the real vLLM once it is healthy" if vllm is not None else "")
+        + " (start-up takes a few seconds; Ctrl-C stops)",
         flush=True,
     )
     try:
@@ -160,10 +175,14 @@ def run(args: argparse.Namespace) -> int:
         )
     if result.engine_scrapes_ok is not None:
         peak_queue = max((r.queue for r in rows if r.queue == r.queue), default=0.0)
+        real = result.vllm is not None and bool(result.vllm.pods)
+        which = "vLLM engines, mock and real," if real else "mock vLLM engines"
         print(
-            f"engines:  the agents read the pods' mock vLLM engines {result.engine_scrapes_ok} times "
+            f"engines:  the agents read the pods' {which} {result.engine_scrapes_ok} times "
             f'(gpuscale_agent_engine_scrapes_total{{result="ok"}}); at most {peak_queue:.0f} requests waiting'
         )
+    if result.vllm is not None:
+        print(f"vllm:     {vllm_line(result.vllm)}")
     if result.wake is not None:
         print(f"wake:     {wake_line(result.wake)}")
     if result.gateway is not None:
@@ -180,6 +199,50 @@ def run(args: argparse.Namespace) -> int:
     print(f"plot:     {result.plot}" if result.plot is not None else f"plot:     none ({plotting.MISSING})")
     print(f"logs:     {result.logs}")
     return 0
+
+
+def real_vllm(args: argparse.Namespace) -> Engine | None:
+    """The installed real vLLM for ``--engine vllm`` (None with ``mock``); a ``UsageError`` naming the flag
+    for another value, a profile or control plane whose pods run no engine, or no install."""
+    engine: str = args.engine
+    if engine not in ENGINES:
+        raise UsageError(f'--engine "{engine}" must be one of {", ".join(ENGINES)}')
+    if engine == "mock":
+        return None
+    metric = ProfileSet.builtin()[args.profile].metric
+    if args.control_plane == "real" or metric not in ENGINE_METRICS:
+        raise UsageError(
+            f"--engine vllm puts the real vLLM behind one of the pods, which run engines only with an engine "
+            f'profile on the stand-in control plane (--profile "{args.profile}" scales on {metric}, '
+            f'--control-plane "{args.control_plane}"); use --profile {PROFILE}'
+        )
+    found = find()
+    if found is None:
+        raise UsageError(
+            f"--engine vllm: the real vLLM is not installed (looked in {cache_dir()}); run scripts/vllm-cpu "
+            "build first (about 5 minutes and 6.3 GB the first time)"
+        )
+    return found
+
+
+def vllm_line(v: VllmSummary) -> str:
+    """What the real vLLM did, in one line."""
+    stopped = f"stopped (pid {v.pid})" if v.stopped else f"NOT stopped: pid {v.pid}'s process group is left"
+    if v.healthy_after is None:
+        return f"the real vLLM was not healthy within the run; {stopped}; its log is {v.log}"
+    if not v.pods:
+        return (
+            f"the real vLLM was healthy {v.healthy_after:.0f} s after its start, but no pod was Ready after "
+            f"that; {stopped}; its log is {v.log}"
+        )
+    success = "not read" if v.success_total is None else f"{v.success_total:.0f}"
+    assert v.first_served_at is not None
+    return (
+        f"the real vLLM was healthy {v.healthy_after:.0f} s after its start and the engine of "
+        f"{', then '.join(v.pods)} from t={v.first_served_at:.1f} s: the router sent it {v.sent} completions "
+        f"({v.answered} answered, {v.failed} failed, {v.shed} shed over its cap); vllm:request_success_total "
+        f"{success}; the agents read it {v.agent_readings} times; {stopped}; its log is {v.log}"
+    )
 
 
 def wake_line(wake: Wake) -> str:

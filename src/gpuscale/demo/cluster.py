@@ -13,6 +13,8 @@ With ``gateway`` the demand first reaches a stand-in gateway (``gateway.DemoGate
 request and holds them while no pod is Ready), served on a loopback port and announced in the API as the
 Service ``demo/llm-gateway`` (port ``admin`` 9901) with an EndpointSlice on ``127.0.0.1`` at that port, so
 the scaler finds it as it finds a gateway's replicas in a cluster (``requestPath: llm-gateway:9901/…``).
+With ``real`` (``--engine vllm``) one pod's engine is the real vLLM once it is healthy: the pod Ready longest,
+or else the first to become Ready; its annotation is rewritten to the real server's port (``_bind_real``).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from .placement import (
     pods_to_remove,
     spread_demand,
 )
+from .realvllm import RealVllm
 
 __all__ = [
     "GATEWAY_PORT",
@@ -109,8 +112,10 @@ class DemoCluster:
         engines: bool = False,
         gateway: bool = False,
         hold_timeout_s: float = 60.0,
+        real: RealVllm | None = None,
     ) -> None:
         self.workdir = workdir
+        self.real = real if engines else None
         self.capacity_per_replica = capacity_per_replica
         self.pending_s = pending_s
         self.loading_s = loading_s
@@ -139,7 +144,7 @@ class DemoCluster:
         # Unix seconds of the demo's time 0: the pods' creation and Ready times are written as the API would
         # (from which the scaler learns the cold start, pending_s + loading_s)
         self.epoch = time.time()
-        self.engines = DemoEngines(capacity_per_replica) if engines else None
+        self.engines = DemoEngines(capacity_per_replica, real=self.real) if engines else None
         self.gateway = DemoGateway(WORKLOAD, hold_timeout_s) if gateway else None
         self.first_ready_at: float | None = None  # the demo's time the first pod became Ready
         self._annotations: dict[str, dict[str, str]] = {}
@@ -229,7 +234,9 @@ class DemoCluster:
         self._phases[pod.name] = "Pending"
         return pod
 
-    def _delete_pod(self, pod: DemoPod) -> None:
+    def _delete_pod(self, pod: DemoPod, now: float) -> None:
+        if self.real is not None:
+            self.real.release(pod.name, now)
         self.pods.remove(pod)
         self.api.delete_pod(NAMESPACE, pod.name)
         kubelet = self._node(pod.gpu.node).kubelet
@@ -292,7 +299,7 @@ class DemoCluster:
             pass
         if len(self.pods) > self.wanted:
             for pod in pods_to_remove(self.pods, len(self.pods) - self.wanted, now):
-                self._delete_pod(pod)
+                self._delete_pod(pod, now)
         for pod in self.pods:
             self._advance(pod, now)
         ready = sum(1 for p in self.pods if p.phase(now) == "Ready")
@@ -306,6 +313,7 @@ class DemoCluster:
         self.utilization = spread_demand(demand, self.pods, now, self.capacity_per_replica)
         if self.engines is not None:  # the router decides each pod's share; its GPU is as busy as its batch
             ready_now = {p.name for p in self.pods if p.phase(now) == "Ready"}
+            self._bind_real(now, ready_now)
             release = 0.0
             if self.gateway is not None:  # it holds what arrives while no pod is Ready
                 release = self.gateway.advance(now, demand, bool(ready_now))
@@ -320,6 +328,27 @@ class DemoCluster:
             if self._documents.get(node_name) != text:
                 _write_atomically(self._node(node_name).demand_file, text)
                 self._documents[node_name] = text
+
+    def _bind_real(self, now: float, ready: set[str]) -> None:
+        """Once the real vLLM is healthy and no pod has it, give it to the pod Ready longest (the oldest: a
+        scale-down removes the newest first), pointing the pod's annotation at the real server's port."""
+        real = self.real
+        if real is None or self.engines is None or not real.healthy:
+            return
+        real.note(now)
+        if real.pod is not None:
+            return
+        pod = next((p for p in self.pods if p.name in ready), None)  # self.pods: oldest first
+        if pod is None:
+            return
+        port = str(real.server.port)
+        self._annotations[pod.name] = {**self._annotations.get(pod.name, {}), ANNOTATION: port}
+
+        def annotate(obj: dict[str, Any]) -> None:
+            obj["metadata"].setdefault("annotations", {})[ANNOTATION] = port
+
+        self.api.modify_pod(NAMESPACE, pod.name, annotate)
+        self.engines.bind_real(pod.name, now)
 
     # ----- what the view and the timeline read
     def queue(self) -> float:

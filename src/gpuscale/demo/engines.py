@@ -15,6 +15,10 @@ engine gets none (it reads 0 waiting). Each engine serves ``capacity_per_replica
 (``max_num_seqs`` / service time); above that its queue (``vllm:num_requests_waiting``) grows, below it
 drains. A Ready pod's GPU is as busy as its engine's batch: ``busy_percent``, its running sequences over
 ``max_num_seqs``.
+
+With ``--engine vllm`` one pod's engine is the real vLLM instead (``realvllm.RealVllm``, given to a pod with
+``bind_real``): its load is the requests sent to it and not yet answered, its share of the demand goes to it
+as real completions, and its mock engine gets nothing more.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..backends.mock_engine import MockEngine, MockEngineConfig, MockEngineServer, start_mock_engine
+from .realvllm import RealVllm
 
 __all__ = ["ANNOTATION", "DemoEngines", "engine_config", "least_loaded"]
 
@@ -68,8 +73,14 @@ class _Engine:
 class DemoEngines:
     """The engines of the demo's pods, by pod name."""
 
-    def __init__(self, capacity_per_replica: float, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        capacity_per_replica: float,
+        clock: Callable[[], float] = time.time,
+        real: RealVllm | None = None,
+    ) -> None:
         self.config = engine_config(capacity_per_replica)
+        self.real = real
         self._clock = clock
         self._routed_at: float | None = None
         self._engines: dict[str, _Engine] = {}
@@ -99,7 +110,18 @@ class DemoEngines:
 
             e.task = asyncio.get_running_loop().create_task(serve())
 
+    def real_pod(self) -> str | None:
+        """The pod whose engine is the real vLLM now (None: none, or no real vLLM)."""
+        return self.real.pod if self.real is not None else None
+
+    def bind_real(self, pod: str, now: float) -> None:
+        """``pod``'s engine is the real vLLM from now on; its mock engine gets no more requests."""
+        if self.real is not None and pod in self._engines:
+            self.real.take(pod, now)
+
     def remove(self, pod: str) -> None:
+        if self.real is not None and self.real.pod == pod:
+            self.real.pod = None  # its requests in flight finish
         e = self._engines.pop(pod, None)
         self._demand.pop(pod, None)
         if e is not None:
@@ -119,7 +141,7 @@ class DemoEngines:
     def route(self, demand: float, ready: Mapping[str, bool], release: float = 0.0) -> None:
         """Send ``demand`` (requests/s) since the last call to the least loaded Ready pods
         (``least_loaded``) and bring every engine to now; then ``release`` requests more (those the gateway
-        held until a pod was Ready), all at once."""
+        held until a pod was Ready), all at once. The real vLLM's pod gets its share as completions."""
         now = self._clock()
         horizon = max(1e-3, now - self._routed_at) if self._routed_at is not None else 1e-3
         self._routed_at = now
@@ -127,13 +149,19 @@ class DemoEngines:
             pod: self.load_of(pod) for pod, is_ready in ready.items() if is_ready and pod in self._engines
         }
         rates = least_loaded(demand, loads, horizon)
-        self._demand = {pod: rates.get(pod, 0.0) for pod in self._engines}
+        real = self.real_pod()
+        self._demand = {pod: rates.get(pod, 0.0) if pod != real else 0.0 for pod in self._engines}
         for e in self._engines.values():
             e.engine.advance(now)
+        if real is not None and self.real is not None:
+            self.real.send(rates.get(real, 0.0) * horizon)
         if release > 0 and loads:  # the held requests, at once, each to the least loaded pod then
             shares = least_loaded(release, {pod: self.load_of(pod) for pod in loads}, 1.0)
             for pod, n in shares.items():
-                self._arrive(pod, n)
+                if pod == real and self.real is not None:
+                    self.real.send(n)
+                else:
+                    self._arrive(pod, n)
 
     def _arrive(self, pod: str, n: float) -> None:
         """``n`` requests arrive at ``pod``'s engine now, shared evenly by its models (the demo's engines
@@ -146,12 +174,16 @@ class DemoEngines:
             state.waiting = max(0.0, state.in_system - state.running)
 
     def load_of(self, pod: str) -> float:
-        """Requests in ``pod``'s engine now, waiting and running."""
+        """Requests in ``pod``'s engine now, waiting and running (the real vLLM's: sent, not yet answered)."""
+        if self.real is not None and pod == self.real.pod:
+            return self.real.load
         e = self._engines.get(pod)
         return sum(s.in_system for s in e.engine.models.values()) if e is not None else 0.0
 
     def busy_percent(self, pod: str) -> float:
         """How busy ``pod``'s GPU is: its engine's running sequences over ``max_num_seqs``, in %."""
+        if self.real is not None and pod == self.real.pod:
+            return 100.0 * self.real.running / self.real.max_num_seqs
         e = self._engines.get(pod)
         if e is None:
             return 0.0
@@ -160,9 +192,11 @@ class DemoEngines:
 
     def waiting(self) -> float:
         """Requests waiting in every engine now (the sum of ``vllm:num_requests_waiting``)."""
-        return sum(s.waiting for e in self._engines.values() for s in e.engine.models.values())
+        return sum(self.waiting_of(pod) for pod in self._engines)
 
     def waiting_of(self, pod: str) -> float:
+        if self.real is not None and pod == self.real.pod:
+            return self.real.waiting
         e = self._engines.get(pod)
         return sum(s.waiting for s in e.engine.models.values()) if e is not None else 0.0
 

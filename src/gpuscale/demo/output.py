@@ -27,7 +27,10 @@ class Row:
     ``gpu_util`` follows the GPU labels given to the writers; ``queue``: the requests waiting in the pods'
     engines (NaN when the pods run none); ``held``: the requests the stand-in gateway holds for want of a
     Ready pod, and ``path_demand`` the request path's demand as the scaler read it (requests/s, its
-    ``/explain``; NaN without a gateway, or before the scaler read it)."""
+    ``/explain``; NaN without a gateway, or before the scaler read it). With ``--engine vllm``: ``vllm_pod``,
+    the pod whose engine is the real vLLM ("" before it has one); ``vllm_waiting`` and ``vllm_running``, the
+    agents' newest reading of it (NaN before one); ``vllm_outstanding``, the requests the router sent it and
+    has not had answered; ``vllm_success``, the server's own ``vllm:request_success_total``."""
 
     t: float
     phase: str
@@ -45,6 +48,11 @@ class Row:
     decided: str = ""  # how the scaler decided its last answer ("ahead 4 s", "KV-cache guard"; "": plain)
     held: float = math.nan
     path_demand: float = math.nan
+    vllm_pod: str = ""
+    vllm_waiting: float = math.nan
+    vllm_running: float = math.nan
+    vllm_outstanding: float = math.nan
+    vllm_success: float = math.nan
 
     @property
     def served(self) -> float:
@@ -80,6 +88,11 @@ def write_timeline(rows: Sequence[Row], gpu_labels: Sequence[str], path: Path) -
                 "scaler_decided",
                 "gateway_held",
                 "path_demand_rps",
+                "vllm_pod",
+                "vllm_waiting",
+                "vllm_running",
+                "vllm_outstanding",
+                "vllm_success_total",
                 *(f"util_{label.replace('/', '_')}" for label in gpu_labels),
             ]
         )
@@ -102,6 +115,11 @@ def write_timeline(rows: Sequence[Row], gpu_labels: Sequence[str], path: Path) -
                     r.decided,
                     _num(r.held),
                     _num(r.path_demand),
+                    r.vllm_pod,
+                    _num(r.vllm_waiting),
+                    _num(r.vllm_running),
+                    _num(r.vllm_outstanding),
+                    _num(r.vllm_success),
                     *(f"{u:.1f}" for u in r.gpu_util),
                 ]
             )

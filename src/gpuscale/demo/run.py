@@ -11,6 +11,10 @@ With an engine profile the workload starts at zero replicas (``minReplicaCount: 
 the trigger reads the gateway as its request path (``requestPath``, ``requestPathFormat: envoy``,
 ``requestPathMatch``, ``replicaRate`` = a pod's capacity): the first requests wake it at the replicas their
 demand needs. ``Wake`` says how that went.
+
+With ``vllm`` (``--engine vllm``) the real vLLM starts first, in a thread, while the rest comes up and the
+demo runs; once healthy it is one pod's engine (``realvllm``). It is stopped with the rest, after the agents
+that scrape it.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any
 from .. import plotting
 from ..scaling.keys import ENGINE_METRICS
 from ..scaling.profiles import ProfileSet
+from ..vllmcpu import MODEL_NAME, VLLM_CPU, Engine
 from .cluster import NAMESPACE, SCALED_OBJECT, WORKLOAD, DemoCluster, request_path
 from .controller import ControllerSettings, DemoController, ReplicaChange, hpa_behavior
 from .errors import DemoError
@@ -37,6 +42,7 @@ from .gateway import GatewayStats
 from .output import Row, plot_timeline, write_timeline
 from .patterns import make_pattern
 from .processes import Child, free_ports, start_child
+from .realvllm import RealVllm, VllmSummary
 from .view import GpuLine, ViewInfo, plain_line, render
 
 __all__ = ["DemoResult", "DemoSettings", "Wake", "run_demo"]
@@ -67,6 +73,7 @@ class DemoSettings:
     tick_s: float = 0.25
     hold_timeout_s: float = 60.0  # how long the gateway holds a request for want of a Ready pod
     extra_metadata: dict[str, str] = field(default_factory=dict)
+    vllm: Engine | None = None  # --engine vllm: the installed real vLLM, one pod's engine once healthy
 
 
 @dataclass(frozen=True)
@@ -109,6 +116,7 @@ class DemoResult:
     decisions: dict[str, int] = field(default_factory=dict)
     gateway: GatewayStats | None = None  # with an engine profile: what the stand-in gateway saw
     wake: Wake | None = None
+    vllm: VllmSummary | None = None  # with --engine vllm: what the real vLLM did
 
 
 class _Stop:
@@ -122,6 +130,14 @@ class _Stop:
 
 
 async def run_demo(settings: DemoSettings, print_line: Callable[[str], None] = print) -> DemoResult:
+    said: list[VllmSummary] = []  # with --engine vllm: what the real vLLM did, once it is stopped
+    result = await _run_demo(settings, print_line, said)
+    return dataclasses.replace(result, vllm=said[0]) if said else result
+
+
+async def _run_demo(
+    settings: DemoSettings, print_line: Callable[[str], None], said: list[VllmSummary]
+) -> DemoResult:
     loop = asyncio.get_running_loop()
     stop = _Stop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -133,6 +149,9 @@ async def run_demo(settings: DemoSettings, print_line: Callable[[str], None] = p
     pattern = make_pattern(settings.pattern, settings.duration, settings.capacity_per_replica)
     metric = settings.extra_metadata.get("metric") or ProfileSet.builtin()[settings.profile].metric
     engines = metric in ENGINE_METRICS  # the pods run mock vLLM engines the agents scrape
+    if settings.vllm is not None and not engines:
+        raise DemoError(f"--engine vllm needs an engine profile; {settings.profile} scales on {metric}")
+    real = RealVllm.for_engine(settings.vllm, logs) if settings.vllm is not None else None
     # behind the stand-in gateway, read as the trigger's request path, the workload starts at zero
     gateway = engines
     min_replicas = 0 if pattern.idles or gateway else 1
@@ -148,6 +167,7 @@ async def run_demo(settings: DemoSettings, print_line: Callable[[str], None] = p
         engines=engines,
         gateway=gateway,
         hold_timeout_s=settings.hold_timeout_s,
+        real=real,
     )
     children: list[Child] = []
     controller: DemoController | None = None
@@ -162,11 +182,21 @@ async def run_demo(settings: DemoSettings, print_line: Callable[[str], None] = p
     def check() -> None:
         for c in children:
             c.check()
+        if real is not None:
+            real.check()
 
     def demand_now() -> float:
         return pattern.at(max(0.0, clock()))[0]
 
     try:
+        if real is not None:
+            await real.start()
+            print_line(
+                f"vllm:     starting the real vLLM (vllm-cpu {VLLM_CPU}, a tiny model served as "
+                f"{MODEL_NAME}, {real.max_num_seqs} sequences at once) on 127.0.0.1:{real.server.port}, "
+                f"pid {real.pid}: about a minute on 2 cores, while the demo runs; "
+                f"its log is {real.server.log}"
+            )
         await cluster.start()
         ports = free_ports(2 * len(cluster.nodes) + 2)
         for i, node in enumerate(cluster.nodes):
@@ -187,6 +217,8 @@ async def run_demo(settings: DemoSettings, print_line: Callable[[str], None] = p
         if served is None:
             return _finish(settings, cluster, rows, logs, interrupted=True)
         agents = ",".join(f"127.0.0.1:{p}" for p in served)
+        if real is not None:  # the agents' readings of its pod, as the scaler follows them
+            real.readings.start(f"127.0.0.1:{p}" for p in served)
         scaler_args = [
             "--log-level", "info", "scaler", "--agents", agents,
             "--grpc-address", f"127.0.0.1:{ports[-2]}", "--metrics-address", f"127.0.0.1:{ports[-1]}",
@@ -325,14 +357,18 @@ async def run_demo(settings: DemoSettings, print_line: Callable[[str], None] = p
             ),
         )
     finally:
-        if controller_task is not None:
-            controller_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await controller_task
-        if controller is not None:
-            await controller.close()
-        for c in reversed(children):
-            await c.stop()
+        try:
+            if controller_task is not None:
+                controller_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await controller_task
+            if controller is not None:
+                await controller.close()
+            for c in reversed(children):
+                await c.stop()
+        finally:
+            if real is not None:  # after the agents, which scrape it; whatever failed before
+                said.append(await real.close())
         await cluster.stop()
         shutil.rmtree(workdir, ignore_errors=True)
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -382,10 +418,34 @@ async def _engine_scrapes_ok(ports: list[int]) -> int:
 
 
 def _gpu_lines(cluster: DemoCluster, now: float) -> list[GpuLine]:
+    real = cluster.real.pod if cluster.real is not None else None
     return [
-        GpuLine(g.node, g.index, pod.name if pod else None, pod.phase(now) if pod else None, util)
+        GpuLine(
+            g.node,
+            g.index,
+            pod.name if pod else None,
+            pod.phase(now) if pod else None,
+            util,
+            real=pod is not None and pod.name == real,
+        )
         for g, (pod, util) in cluster.gpu_table(now).items()
     ]
+
+
+def _real_fields(real: RealVllm | None) -> dict[str, Any]:
+    """The row's readings of the real vLLM: its pod, the agents' newest reading of it, the requests open
+    there, the server's count of finished requests."""
+    if real is None:
+        return {}
+    fields: dict[str, Any] = {"vllm_pod": real.pod or ""}
+    reading = real.agent_reading()
+    if reading is not None:
+        fields["vllm_waiting"], fields["vllm_running"] = reading.models[MODEL_NAME]
+    if real.healthy:
+        fields["vllm_outstanding"] = float(real.outstanding)
+        if "success" in real.server_now:
+            fields["vllm_success"] = real.server_now["success"]
+    return fields
 
 
 async def _main_loop(
@@ -409,6 +469,7 @@ async def _main_loop(
     next_row = 0.0
     next_line = 0.0
     events_shown = 0
+    real_shown = 0
     last: Row | None = None
     with live_cm as live:
         while not stop.event.is_set():
@@ -419,6 +480,8 @@ async def _main_loop(
             cluster.tick(now, demand)
             for c in children:
                 c.check()
+            if cluster.real is not None:
+                cluster.real.check()
             if controller_task.done():
                 controller_task.result()  # raises what ended it
                 raise DemoError("the controller stopped")
@@ -442,16 +505,21 @@ async def _main_loop(
                 decided=st.decided,
                 held=cluster.held(),
                 path_demand=st.path_demand,
+                **_real_fields(cluster.real),
             )
             if now >= next_row:
                 rows.append(dataclasses.replace(row, t=round(next_row, 1)))
                 next_row += 1.0
             if live is not None:
-                live.update(render(info, row, rows or [row], gpus, st))
+                live.update(render(info, row, rows or [row], gpus, st, cluster.real))
             else:
                 for event in st.events[events_shown:]:
                     print_line("  " + event)
                 events_shown = len(st.events)
+                if cluster.real is not None:
+                    for event in cluster.real.events[real_shown:]:
+                        print_line("  " + event)
+                    real_shown = len(cluster.real.events)
                 if now >= next_line:
                     print_line(plain_line(row, gpus))
                     next_line += settings.plain_every

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from .controller import ControllerStatus
 from .output import Row, decision_kind
+from .realvllm import RealVllm
 
 __all__ = ["GpuLine", "ViewInfo", "plain_line", "render"]
 
@@ -40,6 +41,7 @@ class GpuLine:
     pod: str | None
     phase: str | None
     utilization: float
+    real: bool = False  # its engine is the real vLLM (--engine vllm)
 
 
 def _bar(pct: float, width: int = 20) -> Text:
@@ -60,8 +62,39 @@ def _flag(v: bool | None) -> Text:
     return Text("active", style="bold green") if v else Text("inactive", style="yellow")
 
 
+def real_words(row: Row, real: RealVllm) -> str:
+    """The real vLLM in a few words: starting, or its pod with the agents' reading and its counts."""
+    if real.state in ("new", "starting"):
+        return f"starting (pid {real.pid}, {real.starting_for():.0f} s so far; about a minute on 2 cores)"
+    if real.state == "failed":
+        return f"did not start; its log is {real.server.log}"
+    if real.state == "stopped":
+        return "stopped"
+    if not row.vllm_pod:
+        return f"healthy on :{real.server.port}; it goes to the next pod Ready"
+    read = (
+        "no agent reading yet"
+        if math.isnan(row.vllm_waiting)
+        else f"the agent read waiting {row.vllm_waiting:.0f}, running {row.vllm_running:.0f}"
+    )
+    done = (
+        ""
+        if math.isnan(row.vllm_success)
+        else f", {row.vllm_success:.0f} finished (vllm:request_success_total)"
+    )
+    return (
+        f"{row.vllm_pod}'s engine, :{real.server.port}: {read}; {real.outstanding} open{done}; "
+        f"sent {real.sent}, shed {real.shed}, failed {real.failed}"
+    )
+
+
 def render(
-    info: ViewInfo, row: Row, history: Sequence[Row], gpus: Sequence[GpuLine], status: ControllerStatus
+    info: ViewInfo,
+    row: Row,
+    history: Sequence[Row],
+    gpus: Sequence[GpuLine],
+    status: ControllerStatus,
+    real: RealVllm | None = None,
 ) -> RenderableType:
     header = Text.assemble(
         ("gpuscale demo", "bold"),
@@ -86,6 +119,8 @@ def render(
                 pod.stylize("yellow")
             elif g.phase == "Loading":
                 pod.stylize("cyan")
+            if g.real:
+                pod.append(" real vLLM", style="bold magenta")
             t.add_row(str(g.index), _bar(g.utilization, 14), f"{g.utilization:3.0f}", pod)
         tables.append(t)
     nodes.add_row(*tables)
@@ -118,6 +153,13 @@ def render(
         Text(f"last HPA sync: {status.last_sync or '—'}"),
         Text(status.last_error[:60], style="red") if status.last_error else Text(""),
     )
+    if real is not None:
+        scaler.add_row(
+            Text("real vLLM", style="bold magenta"),
+            Text(real_words(row, real)),
+            Text(real.last_error[:60], style="red") if real.last_error else Text(""),
+            Text(""),
+        )
     last = list(history)[-48:]
     top = max([r.demand for r in last] + [r.capacity for r in last] + [1.0])
     spark = Table.grid(padding=(0, 1))
@@ -131,7 +173,8 @@ def render(
         Text(sparkline([r.capacity for r in last], top), style="cyan"),
         Text(f"{row.capacity:5.1f} req/s ({info.capacity_per_replica:g} per Ready replica at 100 %)"),
     )
-    events = Text("\n".join(status.events[-4:]) or "no scaling yet", style="grey70")
+    said = status.events[-4:] + (real.events[-2:] if real is not None else [])
+    events = Text("\n".join(said) or "no scaling yet", style="grey70")
     footer = Text(
         f"KEDA polls every {info.polling_interval} s and the HPA syncs every {info.sync_period} s "
         f"(upstream 30 s / 15 s), scale-down window {info.scale_down_window} s (upstream 300 s): shortened "
@@ -154,5 +197,16 @@ def plain_line(row: Row, gpus: Sequence[GpuLine]) -> str:
         + ("" if math.isnan(row.held) else f"held {row.held:.0f} | ")
         + ("" if math.isnan(row.path_demand) or by_path else f"path {row.path_demand:.1f} req/s | ")
         + (f"{row.decided} | " if row.decided else "")
+        + (_real_segment(row) if row.vllm_pod else "")
         + f"util {utils}"
     )
+
+
+def _real_segment(row: Row) -> str:
+    read = (
+        "-"
+        if math.isnan(row.vllm_waiting)
+        else f"waiting {row.vllm_waiting:.0f} running {row.vllm_running:.0f}"
+    )
+    done = "" if math.isnan(row.vllm_success) else f" finished {row.vllm_success:.0f}"
+    return f"real vLLM {row.vllm_pod}: {read}{done} | "
