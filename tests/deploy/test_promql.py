@@ -332,10 +332,13 @@ async def test_engine_queries_read_the_engines_queue(tmp_path: Path) -> None:
                 "custom"
             ]
             assert rule["name"]["as"] == "gpuscale_queue_length"
-            # Prometheus 2.x stores the engines' samples as vllm_num_requests_waiting (client_python#1177)
+            # vLLM (and the mock, as it) answers the text format whatever Prometheus asks, so the colon is
+            # kept; an exposition negotiated to OpenMetrics by prometheus_client 0.22+ would be stored as
+            # vllm_num_requests_waiting (client_python#1177): the rule's pattern matches both
             found = {r["metric"]["__name__"] for r in prom.query(rule["seriesQuery"])}
-            assert found == {"vllm_num_requests_waiting"}  # the adapter's discovery finds the series
-            assert re.fullmatch(rule["name"]["matches"].strip("^$"), "vllm_num_requests_waiting")
+            assert found == {"vllm:num_requests_waiting"}  # the adapter's discovery finds the series
+            for name in ("vllm:num_requests_waiting", "vllm_num_requests_waiting"):
+                assert re.fullmatch(rule["name"]["matches"].strip("^$"), name)
             q = expand_rule(rule, "ai", [POD_A, POD_B], series=found.pop())
             assert per_pod(prom, q, "pod") == waiting
             for metric, target in (("requests_in_flight", "8"), ("kv_cache_usage", "80")):
