@@ -309,12 +309,13 @@ def check_disconnects_uncounted(last: Snapshot, n: int, who: str) -> None:
 
 
 async def test_a_client_that_disconnects_is_counted_nowhere_in_both(real_vllm: VllmServer) -> None:
-    """Shows that when clients give up (24 requests at once, each client disconnecting after 1 s), the real
+    """Shows that when clients give up (48 requests at once, each client disconnecting after 1 s), the real
     vLLM stops generating for them and they leave ``waiting`` and ``running``, yet
     ``vllm:request_success_total{finished_reason="abort"}`` stays 0 and no other series counts them: the
     finished count (and the queue-time count with it) stays below what was sent. The mock with
     ``patience_s`` does the same."""
-    n, tokens = 6 * MAX_NUM_SEQS, 400
+    # enough work (48 x 480 tokens) that no machine serves it before its clients leave
+    n, tokens = 12 * MAX_NUM_SEQS, 480
 
     def send(load: Load) -> None:
         for _ in range(n):
