@@ -8,27 +8,8 @@ import aiohttp
 from gpuscale.model import EngineSample
 from gpuscale.vllmcpu import MODEL_NAME, VllmServer
 from tests.engine.load import Load
-from tests.fakes.apiserver import make_pod
-from tests.fakes.kubelet import pod_resources
+from tests.engine.pods import add_vllm_pod
 from tests.scaler.conftest import Cluster, until
-
-
-def add_vllm_pod(cluster: Cluster, node: str, name: str, gpu: int, port: int) -> None:
-    """A Ready GPU pod of app=llm on ``node``'s GPU ``gpu``, its engine the real vLLM on ``port``."""
-    cluster.apiserver.add_pod(
-        make_pod(
-            "default",
-            name,
-            node=node,
-            labels={"app": "llm"},
-            limits={"nvidia.com/gpu": "1"},
-            annotations={"gpuscale.io/metrics-port": str(port)},
-            ip="127.0.0.1",
-            ready=True,
-        )
-    )
-    n = cluster.nodes[node]
-    n.kubelet.pods.append(pod_resources("default", name, {"main": [("nvidia.com/gpu", [n.uuids[gpu]])]}))
 
 
 async def test_the_agent_reads_every_signal_gpuscale_uses_from_the_real_vllm(
