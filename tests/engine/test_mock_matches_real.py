@@ -319,7 +319,7 @@ async def test_a_client_that_disconnects_is_counted_nowhere_in_both(real_vllm: V
 
     def send(load: Load) -> None:
         for _ in range(n):
-            load.send(tokens, timeout=1.0)
+            load.send(tokens, timeout=1.0, stream=False)  # (as tests/engine's hang-up test: a whole answer)
 
     def done(load: Load, s: Snapshot) -> bool:
         return not load.tasks and s.waiting == s.running == 0
