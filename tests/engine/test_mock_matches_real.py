@@ -302,18 +302,21 @@ async def test_queue_time_is_counted_as_requests_finish_in_both(real_vllm: VllmS
     check_counted_on_finish(mock_run(engine, clock, n, seconds=10.0), n, "the mock")
 
 
-def check_disconnects_uncounted(last: Snapshot, n: int, who: str) -> None:
+def check_disconnects_uncounted(last: Snapshot, n: int, who: str, *, all_noticed: bool) -> None:
     assert last.waiting == last.running == 0, (who, last)  # the abandoned ones left the queue and the batch
     assert last.aborted == 0, (who, last)  # and no series counts them, "abort" included
-    assert last.finished < n and last.queue_count == last.finished, (who, last)
+    assert last.queue_count == last.finished <= n, (who, last)
+    if all_noticed:
+        assert last.finished < n, (who, last)
 
 
 async def test_a_client_that_disconnects_is_counted_nowhere_in_both(real_vllm: VllmServer) -> None:
-    """Shows that when clients give up (48 requests at once, each client disconnecting after 1 s), the real
-    vLLM stops generating for them and they leave ``waiting`` and ``running``, yet
-    ``vllm:request_success_total{finished_reason="abort"}`` stays 0 and no other series counts them: the
-    finished count (and the queue-time count with it) stays below what was sent. The mock with
-    ``patience_s`` does the same."""
+    """Shows that when clients give up (48 requests at once, each client disconnecting after 1 s), no series
+    of the real vLLM counts them as aborted: ``vllm:request_success_total{finished_reason="abort"}`` stays 0,
+    waiting and running go back to 0, and the queue-time count moves with the finished count alone. The
+    requests it notices are counted nowhere; those it does not notice it serves to their end and counts
+    finished. The mock with ``patience_s`` notices every one: its finished count stays below what was
+    sent."""
     # enough work (48 x 480 tokens) that no machine serves it before its clients leave
     n, tokens = 12 * MAX_NUM_SEQS, 480
 
@@ -329,14 +332,16 @@ async def test_a_client_that_disconnects_is_counted_nowhere_in_both(real_vllm: V
     abandoned = sum(1 for r in load.requests if r.abandoned)
     assert abandoned > 0, "no client gave up: the load is too light for this machine"
     last = snapshots[-1]
-    check_disconnects_uncounted(last, n, "the real vLLM")
-    assert last.generated < n * tokens  # generation stopped for the abandoned requests
+    # the real server does not always notice 48 clients leaving at once: in the full tier's runs it has
+    # generated every token and counted them finished (never aborted); the hang-up test of
+    # test_real_vllm_faults.py shows generation stopping where it notices
+    check_disconnects_uncounted(last, n, "the real vLLM", all_noticed=False)
     served = sum(1 for r in load.requests if r.finish_reason)
     assert served <= last.finished  # a request the server finished as its client left counts as finished
 
     clock = Clock()
     engine = mock_engine(clock, service_time_s=1.0, generation_tokens=tokens, patience_s=1.0)
     snapshots = mock_run(engine, clock, n, seconds=10.0)
-    check_disconnects_uncounted(snapshots[-1], n, "the mock")
+    check_disconnects_uncounted(snapshots[-1], n, "the mock", all_noticed=True)
     state = engine.models[MODEL_NAME]
     assert state.abandoned == pytest.approx(n - state.finished) and state.abandoned > 0
