@@ -15,7 +15,6 @@ missing one (or no Go) is one line and a skip.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -31,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import _common as c
+
+from gpuscale.buildcache import cache_base, locked
 
 MODULE = "github.com/pmady/keda-gpu-scaler"
 RELEASE = "v0.6.0"
@@ -82,19 +83,8 @@ def cache_dir(source: Path, go: str) -> Path:
     ):
         digest.update(str(f.relative_to(source)).encode() + b"\0" + f.read_bytes())
     digest.update(_go_version(go).encode())
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuscale"
+    base = cache_base()
     return base / f"peer-keda-gpu-scaler-{RELEASE}-{digest.hexdigest()[:10]}"
-
-
-@contextlib.contextmanager
-def _locked(root: Path) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True)
-    with (root / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def build(source: Path, say: Callable[[str], None] | None = None) -> Path:
@@ -107,7 +97,7 @@ def build(source: Path, say: Callable[[str], None] | None = None) -> Path:
     binary = root / "bin" / BINARY
     if binary.is_file():
         return binary
-    with _locked(root):
+    with locked(root):
         if binary.is_file():
             return binary
         say(f"building keda-gpu-scaler {RELEASE} (bench/peer, cgo) into {root}; about 2 min the first time")

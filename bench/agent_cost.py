@@ -7,7 +7,7 @@ measures for --seconds: its CPU time (from /proc/<pid>/stat) as a share of one c
 peer: the same HTTP stack with nothing to format), and the cost of one raw mock sample (the backend alone).
 Writes JSON to bench/results/agent-cost-mock.json (or --out).
 
-Goal (issue 3): under 1 % of one core and under 60 MB RSS at 1 s sampling of 8 GPUs; /metrics under 5 ms.
+Goal: under 1 % of one core and under 60 MB RSS at 1 s sampling of 8 GPUs; /metrics under 5 ms.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ that phase is not measured, it is MODELLED by convolving each measured delay wit
 (U(0, 30 s) for `usual`, U(0, 1 s) for `fast`). The push path has no poll. Not included on the Prometheus
 side: dcgm-exporter's own 30 s default collection interval (our agent samples every 1 s for both paths).
 
-Goal (issue 7): gpuscale < 1.5 s p95 with 1 s sampling. Writes bench/results/reaction.json.
+Goal: gpuscale < 1.5 s p95 with 1 s sampling. Writes bench/results/reaction.json.
 """
 
 from __future__ import annotations

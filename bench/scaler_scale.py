@@ -26,7 +26,7 @@ instant queries over 4 connections, with Prometheus's CPU per query.
 Also the small case: one node with 8 GPUs, one workload holding all 8. Measured after --warm seconds of
 streaming, when every GPU's 120 s sample history is full (a call's cost grows with it until then).
 
-Goals (issue 7): p99 < 2 ms at scale (< 1 ms for the 8-GPU case), > 5,000 calls/s, >= 10x faster than the
+Goals: p99 < 2 ms at scale (< 1 ms for the 8-GPU case), > 5,000 calls/s, >= 10x faster than the
 query. Writes bench/results/scaler-scale.json.
 """
 

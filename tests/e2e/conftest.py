@@ -13,19 +13,13 @@ import pytest
 
 from gpuscale.controlplane import Binaries, ControlPlane, GpuNode, build
 from gpuscale.controlplane.stack import GpuStack
+from tests.tiers import mark_tier
 
 NODES = (GpuNode("gpu-node-1", 4), GpuNode("gpu-node-2", 4))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.e2e)
-            item.add_marker(pytest.mark.timeout(300))
-            # one control plane per session: under pytest-xdist (--dist loadgroup) every e2e test runs on
-            # the same worker, so no two workers start the control plane
-            item.add_marker(pytest.mark.xdist_group("e2e"))
+    mark_tier(items, Path(__file__).parent, "e2e")
 
 
 @pytest.fixture(scope="session")

@@ -24,20 +24,14 @@ from tests.scaler.conftest import (  # noqa: F401  (fixtures, re-exported for th
     keda,
     until,
 )
+from tests.tiers import mark_tier
 
 KV_BLOCKS = 8
 MAX_NUM_SEQS = 4
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.engine)
-            item.add_marker(pytest.mark.timeout(300))
-            # one real vLLM per session: under pytest-xdist (--dist loadgroup) every engine test runs on
-            # the same worker
-            item.add_marker(pytest.mark.xdist_group("engine"))
+    mark_tier(items, Path(__file__).parent, "engine")
 
 
 @pytest.fixture(scope="session")

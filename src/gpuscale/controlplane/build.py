@@ -13,8 +13,6 @@ so a warm start needs neither Go nor the network.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -24,10 +22,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..buildcache import cache_base, locked
 from .errors import BuildFailed
 
 __all__ = [
@@ -140,7 +139,7 @@ def cache_dir(go_dir: Path) -> Path:
         for f in ("go.mod", "go.sum"):
             digest.update((go_dir / module / f).read_bytes())
     digest.update(repr((BINARIES, _KWOK_STAGES, _KEDA_CRDS)).encode())  # what goes into the directory
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuscale"
+    base = cache_base()
     name = (
         f"k8s-{v['kubernetes']}-etcd-{v['etcd']}-kwok-{v['kwok']}-keda-{v['keda']}-{digest.hexdigest()[:10]}"
     )
@@ -231,17 +230,6 @@ def _concat(sources: list[Path], target: Path) -> None:
     os.replace(tmp, target)
 
 
-@contextlib.contextmanager
-def _locked(root: Path) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True)
-    with (root / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def _complete(b: Binaries) -> bool:
     return (
         all(b.path(x.name).is_file() for x in BINARIES) and b.kwok_stages.is_file() and b.keda_crds.is_file()
@@ -256,7 +244,7 @@ def build(progress: Progress | None = None, *, go_dir: Path | None = None) -> Bi
     binaries = Binaries(root, versions(go_dir))
     if _complete(binaries):
         return binaries
-    with _locked(root):
+    with locked(root):
         if _complete(binaries):  # another process built it while we waited
             return binaries
         started = time.monotonic()

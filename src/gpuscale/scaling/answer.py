@@ -542,7 +542,7 @@ def _decide(
     replicas: int | None,
     cold_start: float | None,
 ) -> Evaluation:
-    """An engine answer with issue 20's decisions on top: the forecast one cold start ahead
+    """An engine answer with the engine decisions on top: the forecast one cold start ahead
     (``scaleAhead``), the backlog hold (a served rate never scales down while requests wait), the KV-cache
     floor, the N-1 guard. An answer with nothing measured is left as it is;
     one the missing-pod rule made gets the KV-cache floor alone, each missing pod counted as one replica

