@@ -185,7 +185,8 @@ async def test_the_mock_engines_finished_requests_reach_the_scaler_and_grow(clus
 
         await until(lambda: len(set(finished())) >= 3, what="three different counts of finished requests")
         counts = finished()
-        assert counts == sorted(counts) and counts[-1] > counts[0] > 0  # a counter: it only grows
+        # a counter: it only grows; like vLLM's, the mock's series is there at 0 before any request finishes
+        assert counts == sorted(counts) and counts[-1] > counts[0] >= 0
         # what the engine itself has finished by now bounds what the scaler last heard
         assert counts[-1] <= math.floor(engine.models["m"].finished + 1e-9)
     finally:
