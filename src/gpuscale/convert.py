@@ -6,7 +6,7 @@ Optional numeric fields map to ``None`` when unset, so "not supported" survives 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ._proto import agent_pb2
@@ -16,12 +16,20 @@ from .model import (
     BucketCounts,
     ContainerRef,
     DeviceInfo,
+    EngineMissing,
     EngineSample,
+    EngineState,
+    GpuRows,
     GpuSample,
+    GpuState,
     ModelSignals,
+    NodeUpdate,
     PodInfo,
     ProcessSample,
+    SampleRow,
+    SignalKind,
     Vendor,
+    engine_signals,
 )
 
 __all__ = [
@@ -29,8 +37,13 @@ __all__ = [
     "assignment_to_pb",
     "device_from_pb",
     "device_to_pb",
+    "engine_reading_from_pb",
+    "engine_reading_to_pb",
+    "node_update_from_pb",
+    "node_update_to_pb",
     "pod_from_pb",
     "pod_to_pb",
+    "pods_to_pb",
     "sample_row_from_pb",
     "sample_to_pb",
 ]
@@ -192,17 +205,10 @@ def pods_to_pb(pods: Iterable[PodInfo]) -> list[agent_pb2.Pod]:
 
 
 # ----- inference engines
-_ENGINE_FIELDS = (
-    "waiting",
-    "running",
-    "kv_cache_usage",
-    "prompt_tokens",
-    "generation_tokens",
-    "requests_finished",
-    "requests_aborted",
-    "queue_time_sum",
-    "queue_time_count",
-)
+# The signals of ModelSignals (model.ENGINE_SIGNALS): the numbers are optional doubles of EngineModel, the
+# histograms Histogram messages of it, each by the same name.
+_ENGINE_NUMBERS = engine_signals(SignalKind.GAUGE, SignalKind.COUNTER)
+_ENGINE_HISTOGRAMS = engine_signals(SignalKind.HISTOGRAM)
 
 
 def _histogram_to_pb(h: BucketCounts | None, out: agent_pb2.Histogram) -> None:
@@ -221,23 +227,105 @@ def engine_reading_to_pb(s: EngineSample) -> agent_pb2.EngineReading:
     out = agent_pb2.EngineReading(timestamp=s.timestamp, engine=s.engine)
     for m in s.models:
         model = out.models.add(model=m.model)
-        for name in _ENGINE_FIELDS:
+        for name in _ENGINE_NUMBERS:
             value = getattr(m, name)
             if value is not None:
                 setattr(model, name, value)
-        _histogram_to_pb(m.ttft, model.ttft)
-        _histogram_to_pb(m.itl, model.itl)
+        for name in _ENGINE_HISTOGRAMS:
+            _histogram_to_pb(getattr(m, name), getattr(model, name))
     return out
 
 
 def engine_reading_from_pb(m: agent_pb2.EngineReading) -> EngineSample:
-    models = tuple(
-        ModelSignals(
-            model=x.model,
-            ttft=_histogram_from_pb(x.ttft),
-            itl=_histogram_from_pb(x.itl),
-            **{name: _opt(x, name) for name in _ENGINE_FIELDS},
-        )
-        for x in m.models
-    )
+    models = []
+    for x in m.models:
+        values = {name: _opt(x, name) for name in _ENGINE_NUMBERS}
+        for name in _ENGINE_HISTOGRAMS:
+            values[name] = _histogram_from_pb(getattr(x, name))
+        models.append(ModelSignals(model=x.model, **values))
     return EngineSample(m.timestamp, m.engine, tuple(sorted(models, key=lambda x: x.model)))
+
+
+def _engine_state_to_pb(e: EngineState, out: agent_pb2.EngineState) -> None:
+    out.namespace, out.pod = e.namespace, e.pod
+    out.readings.extend(engine_reading_to_pb(r) for r in e.readings)
+    gone = e.missing
+    if gone is not None:
+        out.missing_reason, out.missing_detail, out.missing_at = gone.reason, gone.detail, gone.timestamp
+
+
+def _engine_state_from_pb(m: agent_pb2.EngineState) -> EngineState:
+    """A failure without a reason (``missing_reason`` empty) is none."""
+    missing = EngineMissing(m.missing_at, m.missing_reason, m.missing_detail) if m.missing_reason else None
+    return EngineState(m.namespace, m.pod, tuple(engine_reading_from_pb(r) for r in m.readings), missing)
+
+
+# ----- the Watch stream
+def _gpu_state_to_pb(g: GpuState, out: agent_pb2.GpuState) -> None:
+    out.device.CopyFrom(device_to_pb(g.device))
+    out.samples.extend(sample_to_pb(s, g.owners) for s in g.samples)
+    out.error_kind, out.error_message = g.error_kind, g.error_message
+    out.attributions.extend(assignment_to_pb(a) for a in g.assignments)
+
+
+def _gpu_rows_from_pb(m: agent_pb2.GpuState, device: DeviceInfo) -> GpuRows:
+    rows: list[SampleRow] = []
+    owners: Mapping[int, ContainerRef] = {}
+    for s in m.samples:
+        values, processes, owners = sample_row_from_pb(s)
+        rows.append((s.timestamp, values, processes))
+    holders = tuple((a.namespace, a.pod) for a in m.attributions)
+    return GpuRows(device, tuple(rows), owners, m.error_kind, m.error_message, holders)
+
+
+def node_update_to_pb(u: NodeUpdate[GpuState]) -> agent_pb2.NodeUpdate:
+    m = agent_pb2.NodeUpdate(
+        kind=agent_pb2.NodeUpdate.SNAPSHOT if u.snapshot else agent_pb2.NodeUpdate.UPDATE,
+        node_name=u.node_name,
+        agent_id=u.agent_id,
+        sequence=u.sequence,
+        sent_at=u.sent_at,
+        interval_seconds=u.interval_seconds,
+    )
+    for g in u.gpus:
+        _gpu_state_to_pb(g, m.gpus.add())
+    m.pods.extend(pods_to_pb(u.pods))
+    m.pods_changed = u.pods_changed
+    if u.complete is not None:
+        m.complete = u.complete
+    m.engines_supported = u.engines_supported
+    for e in u.engines:
+        _engine_state_to_pb(e, m.engines.add())
+    m.node_labels.update(u.node_labels)
+    m.node_labels_changed = u.node_labels_changed
+    return m
+
+
+def node_update_from_pb(
+    m: agent_pb2.NodeUpdate, held: Callable[[str, str], DeviceInfo | None] | None = None
+) -> NodeUpdate[GpuRows]:
+    """A Watch message as the scaler reads it. ``held(node, uuid)``: the device its reader already holds of
+    that GPU of that node, if any. In an UPDATE, a GPU it holds keeps that device and its message's is not
+    read: the agent sends every GPU's device with each of its updates, and reading one costs about what the
+    rest of its GPU's update does. A SNAPSHOT's devices are all read."""
+    snapshot, node = m.kind == agent_pb2.NodeUpdate.SNAPSHOT, m.node_name
+    gpus = []
+    for g in m.gpus:
+        device = None if snapshot or held is None else held(node, g.device.uuid)
+        gpus.append(_gpu_rows_from_pb(g, device_from_pb(g.device) if device is None else device))
+    return NodeUpdate(
+        snapshot,
+        node,
+        m.agent_id,
+        m.sequence,
+        m.sent_at,
+        m.interval_seconds,
+        gpus=tuple(gpus),
+        pods=tuple(pod_from_pb(p) for p in m.pods),
+        pods_changed=m.pods_changed,
+        node_labels=dict(m.node_labels),
+        node_labels_changed=m.node_labels_changed,
+        complete=_opt(m, "complete"),
+        engines_supported=m.engines_supported,
+        engines=tuple(_engine_state_from_pb(e) for e in m.engines),
+    )

@@ -1,5 +1,5 @@
-"""Plain data shared by every layer: what a GPU is and what one reading of it says, and what an inference
-engine's metrics said.
+"""Plain data shared by every layer: what a GPU is and what one reading of it says, what an inference
+engine's metrics said, and what one message of the agent's Watch stream says of its node.
 
 Units are fixed here, once: percentages 0-100, bytes, watts, degrees Celsius, MHz, Unix seconds.
 A field a device does not support is ``None`` (absent), never 0.
@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Generic, TypeVar
 
 __all__ = [
+    "ENGINE_SIGNALS",
     "SAMPLE_FIELDS",
     "Assignment",
     "BucketCounts",
@@ -20,12 +23,19 @@ __all__ = [
     "DraDevice",
     "EngineMissing",
     "EngineSample",
+    "EngineState",
+    "GpuRows",
     "GpuSample",
+    "GpuState",
     "ModelSignals",
+    "NodeUpdate",
     "PodInfo",
     "ProcessSample",
+    "SampleRow",
+    "SignalKind",
     "Vendor",
     "dra_device_key",
+    "engine_signals",
 ]
 
 # The numeric fields of ``GpuSample`` in one fixed order (a sample's row in the scaler's columns).
@@ -250,6 +260,19 @@ class BucketCounts:
         return self.counts[-1] if self.counts else 0.0
 
 
+class SignalKind(enum.Enum):
+    """What an engine signal is over time, which decides how a window of readings is read."""
+
+    GAUGE = "gauge"  # a level at the instant read (``scaling.engine.gauge``)
+    COUNTER = "counter"  # a total since the engine started (``scaling.engine.counter_rate``)
+    HISTOGRAM = "histogram"  # cumulative bucket counts since the engine started (``BucketCounts``)
+
+
+_GAUGE: Mapping[str, SignalKind] = {"signal": SignalKind.GAUGE}
+_COUNTER: Mapping[str, SignalKind] = {"signal": SignalKind.COUNTER}
+_HISTOGRAM: Mapping[str, SignalKind] = {"signal": SignalKind.HISTOGRAM}
+
+
 @dataclass(frozen=True, slots=True)
 class ModelSignals:
     """One model served by an engine, as one scrape read it. A field the engine does not expose, or exposed
@@ -262,23 +285,41 @@ class ModelSignals:
     arriving per second follow (finished + growth of those in flight); ``requests_aborted``: of those
     finished, the ones the engine aborted (vLLM's ``finished_reason="abort"``, a request cancelled or timed
     out while waiting or running): finished less aborted is what it served. ``None`` where the finished
-    counter holds no aborts (SGLang, TGI and Triton count only the requests they completed)."""
+    counter holds no aborts (SGLang, TGI and Triton count only the requests they completed).
+
+    Every field but ``model`` is a signal, declared with its ``SignalKind`` (``ENGINE_SIGNALS``): the agent's
+    mapping, the wire and the scaling core take the list of signals from here."""
 
     model: str
-    waiting: float | None = None
-    running: float | None = None
-    kv_cache_usage: float | None = None
-    ttft: BucketCounts | None = None
-    itl: BucketCounts | None = None
-    prompt_tokens: float | None = None
-    generation_tokens: float | None = None
-    requests_finished: float | None = None
-    requests_aborted: float | None = None
+    waiting: float | None = field(default=None, metadata=_GAUGE)
+    running: float | None = field(default=None, metadata=_GAUGE)
+    kv_cache_usage: float | None = field(default=None, metadata=_GAUGE)
+    ttft: BucketCounts | None = field(default=None, metadata=_HISTOGRAM)
+    itl: BucketCounts | None = field(default=None, metadata=_HISTOGRAM)
+    prompt_tokens: float | None = field(default=None, metadata=_COUNTER)
+    generation_tokens: float | None = field(default=None, metadata=_COUNTER)
+    requests_finished: float | None = field(default=None, metadata=_COUNTER)
+    requests_aborted: float | None = field(default=None, metadata=_COUNTER)
     # vLLM's vllm:request_queue_time_seconds (_sum, _count): seconds the requests that left the queue had
     # waited, and how many; by Little's law, waiting over their mean wait is the rate requests join the queue,
     # which holds where the counters miss what clients abandon
-    queue_time_sum: float | None = None
-    queue_time_count: float | None = None
+    queue_time_sum: float | None = field(default=None, metadata=_COUNTER)
+    queue_time_count: float | None = field(default=None, metadata=_COUNTER)
+
+
+# The engine signals, name -> kind, in the order ``ModelSignals`` declares them: the one list of them. The
+# agent's mapping (agent/engines/mapping.py) and the wire (convert.py) follow it. A new signal is a field of
+# ``ModelSignals``, of the proto's ``EngineModel``, of ``EngineSpec`` with where each engine exposes it, and
+# a name in its kind's ``Literal`` of scaling/engine.py (spelled out for the type checker; a test holds the
+# last three to this list).
+ENGINE_SIGNALS: Mapping[str, SignalKind] = MappingProxyType(
+    {f.name: f.metadata["signal"] for f in fields(ModelSignals) if "signal" in f.metadata}
+)
+
+
+def engine_signals(*kinds: SignalKind) -> tuple[str, ...]:
+    """The names of the signals of ``kinds`` (none: all), in ``ENGINE_SIGNALS`` order."""
+    return tuple(name for name, kind in ENGINE_SIGNALS.items() if not kinds or kind in kinds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,3 +348,78 @@ class EngineMissing:
     timestamp: float
     reason: str
     detail: str
+
+
+# ----- the agent's Watch stream: one message of it (convert.py writes and reads the wire)
+@dataclass(frozen=True, slots=True)
+class EngineState:
+    """One GPU pod's engine in a node update: the readings not sent before (oldest first), and the newest
+    failure to read it (``None``: none, or read since)."""
+
+    namespace: str
+    pod: str
+    readings: tuple[EngineSample, ...] = ()
+    missing: EngineMissing | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuState:
+    """One GPU in a node update as the agent sends it: the samples not sent before (oldest first), the
+    container of each of their processes that the agent could tell (pid -> container), why its last read
+    failed (``error_kind`` one of ``backends.errors.DEVICE_ERROR_KINDS``; ``""``: it did not), and the
+    containers it is assigned to."""
+
+    device: DeviceInfo
+    samples: tuple[GpuSample, ...] = ()
+    owners: Mapping[int, ContainerRef] = field(default_factory=dict, hash=False)
+    error_kind: str = ""
+    error_message: str = ""
+    assignments: tuple[Assignment, ...] = ()
+
+
+# One sample as the scaler keeps it (a ``SampleRing`` row): its timestamp, its values in ``SAMPLE_FIELDS``
+# order as floats (NaN where absent; the GPM fields at the end left out when the sample has none), its
+# processes.
+SampleRow = tuple[float, tuple[float, ...], tuple[ProcessSample, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRows:
+    """One GPU in a node update as the scaler reads it: ``GpuState`` with its samples as rows, the owners of
+    the newest sample's processes, and of its assignments only the pods, ``(namespace, name)`` each in order
+    (a row and a pod key per GPU per message cost a fraction of a ``GpuSample`` and an ``Assignment``)."""
+
+    device: DeviceInfo
+    rows: tuple[SampleRow, ...] = ()
+    owners: Mapping[int, ContainerRef] = field(default_factory=dict, hash=False)
+    error_kind: str = ""
+    error_message: str = ""
+    holders: tuple[tuple[str, str], ...] = ()
+
+
+_Gpus = TypeVar("_Gpus", GpuState, GpuRows)
+
+
+@dataclass(frozen=True)  # no slots: Python 3.11 cannot construct a subscripted slotted generic one
+class NodeUpdate(Generic[_Gpus]):
+    """One message of the agent's Watch stream: ``NodeUpdate[GpuState]`` as the agent sends it,
+    ``NodeUpdate[GpuRows]`` as the scaler reads it. A ``snapshot`` replaces what its reader knew of the node;
+    an update adds to it. ``gpus``: those with something new; ``pods`` and ``node_labels``: all the node's,
+    sent in a snapshot and when ``pods_changed`` / ``node_labels_changed``; ``complete``: whether the pods
+    and assignments sent are the node's whole view (``None``: not said, as in a heartbeat);
+    ``engines_supported``: the agent reads engines (said with every message but a heartbeat)."""
+
+    snapshot: bool
+    node_name: str
+    agent_id: str
+    sequence: int
+    sent_at: float  # Unix seconds
+    interval_seconds: float
+    gpus: tuple[_Gpus, ...] = ()
+    pods: tuple[PodInfo, ...] = ()
+    pods_changed: bool = False
+    node_labels: Mapping[str, str] = field(default_factory=dict, hash=False)
+    node_labels_changed: bool = False
+    complete: bool | None = None
+    engines_supported: bool = False
+    engines: tuple[EngineState, ...] = ()

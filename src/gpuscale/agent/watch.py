@@ -15,8 +15,8 @@ import grpc
 
 from .._proto import agent_pb2, agent_pb2_grpc
 from ..backends.errors import DeviceError
-from ..convert import assignment_to_pb, device_to_pb, engine_reading_to_pb, pods_to_pb, sample_to_pb
-from ..model import Assignment, DeviceInfo
+from ..convert import node_update_to_pb
+from ..model import Assignment, DeviceInfo, EngineState, GpuState, NodeUpdate
 from .exporter import AgentMetrics
 from .state import NodeState
 
@@ -43,16 +43,6 @@ class WatchService(agent_pb2_grpc.AgentServicer):
         self._metrics = metrics
         self._clock = clock
 
-    def _message(self, kind: agent_pb2.NodeUpdate.Kind.ValueType, seq: int) -> agent_pb2.NodeUpdate:
-        return agent_pb2.NodeUpdate(
-            kind=kind,
-            node_name=self._state.node_name,
-            agent_id=self._agent_id,
-            sequence=seq,
-            sent_at=self._clock(),
-            interval_seconds=self._interval,
-        )
-
     async def Watch(
         self, request: agent_pb2.WatchRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> AsyncIterator[agent_pb2.NodeUpdate]:
@@ -69,12 +59,11 @@ class WatchService(agent_pb2_grpc.AgentServicer):
 
     @staticmethod
     def _engines(
-        msg: agent_pb2.NodeUpdate,
         state: NodeState,
         snapshot: bool,
         sent_ts: dict[tuple[str, str], float],
         sent_missing: dict[tuple[str, str], float],
-    ) -> None:
+    ) -> tuple[EngineState, ...]:
         """The engine readings and failures this stream has not sent yet (a snapshot: all it has). What it
         remembers of pods the agent no longer reads is dropped."""
         live = state.engine_history.keys() | state.engine_missing.keys()
@@ -82,20 +71,20 @@ class WatchService(agent_pb2_grpc.AgentServicer):
             del sent_ts[old]
         for old in [k for k in sent_missing if k not in live]:
             del sent_missing[old]
+        out = []
         for key in sorted(state.engine_history.keys() | state.engine_missing.keys()):
             after = sent_ts.get(key, -1.0)
-            new = [r for r in state.engine_history.get(key, ()) if r.timestamp > after]
+            new = tuple(r for r in state.engine_history.get(key, ()) if r.timestamp > after)
             gone = state.engine_missing.get(key)
             failed = gone is not None and sent_missing.get(key) != gone.timestamp
             if not (snapshot or new or failed):
                 continue
-            e = msg.engines.add(namespace=key[0], pod=key[1])
-            e.readings.extend(engine_reading_to_pb(r) for r in new)
+            out.append(EngineState(key[0], key[1], new, gone))
             if new:
                 sent_ts[key] = new[-1].timestamp
             if gone is not None:
-                e.missing_reason, e.missing_detail, e.missing_at = gone.reason, gone.detail, gone.timestamp
                 sent_missing[key] = gone.timestamp
+        return tuple(out)
 
     async def _stream(self, history: float) -> AsyncIterator[agent_pb2.NodeUpdate]:
         state = self._state
@@ -118,42 +107,62 @@ class WatchService(agent_pb2_grpc.AgentServicer):
             seq += 1
             snapshot = state.devices != devices
             changed = changed or snapshot  # a snapshot is always whole
+            sent_at = self._clock()
             if snapshot:  # the first message, or the backend was re-opened with other GPUs: start over
-                msg = self._message(agent_pb2.NodeUpdate.SNAPSHOT, seq)
                 devices = state.devices
                 cutoff = self._clock() - history
                 sent_ts = {d.uuid: cutoff for d in devices}
                 sent_state = {}
                 engine_ts, engine_missing, engines_version = {}, {}, -1
-            else:
-                msg = self._message(agent_pb2.NodeUpdate.UPDATE, seq)
-            if changed:
-                for view in state.snapshot.gpus:
-                    uuid = view.device.uuid
-                    new = state.samples_since(uuid, sent_ts.get(uuid, 0.0))
-                    now_state = (view.error, view.assignments)
-                    if not snapshot and not new and sent_state.get(uuid) == now_state:
-                        continue
-                    g = msg.gpus.add(device=device_to_pb(view.device))
-                    owners = state.owners.get(uuid, {})
-                    for s in new:
-                        g.samples.append(sample_to_pb(s, owners))
-                        sent_ts[uuid] = s.timestamp
-                    if view.error is not None:
-                        g.error_kind, g.error_message = view.error.kind, view.error.detail
-                    g.attributions.extend(assignment_to_pb(a) for a in view.assignments)
-                    sent_state[uuid] = now_state
-                if snapshot or state.pods_version != pods_version:
-                    msg.pods_changed = not snapshot
-                    msg.pods.extend(pods_to_pb(state.pods.values()))
-                    pods_version = state.pods_version
-                msg.complete = state.complete
-                msg.engines_supported = True
-                if state.engines_version != engines_version:
-                    engines_version = state.engines_version
-                    self._engines(msg, state, snapshot, engine_ts, engine_missing)
-                if snapshot or state.node_labels_version != labels_version:
-                    msg.node_labels_changed = not snapshot
-                    msg.node_labels.update(state.node_labels)
-                    labels_version = state.node_labels_version
-            yield msg
+            if not changed:  # a heartbeat
+                yield node_update_to_pb(
+                    NodeUpdate[GpuState](False, state.node_name, self._agent_id, seq, sent_at, self._interval)
+                )
+                continue
+            gpus = []
+            for view in state.snapshot.gpus:
+                uuid = view.device.uuid
+                new = state.samples_since(uuid, sent_ts.get(uuid, 0.0))
+                now_state = (view.error, view.assignments)
+                if not snapshot and not new and sent_state.get(uuid) == now_state:
+                    continue
+                error = view.error
+                gpus.append(
+                    GpuState(
+                        view.device,
+                        tuple(new),
+                        state.owners.get(uuid, {}),
+                        error_kind=error.kind if error is not None else "",
+                        error_message=error.detail if error is not None else "",
+                        assignments=view.assignments,
+                    )
+                )
+                if new:
+                    sent_ts[uuid] = new[-1].timestamp
+                sent_state[uuid] = now_state
+            send_pods = snapshot or state.pods_version != pods_version
+            pods_version = state.pods_version
+            engines: tuple[EngineState, ...] = ()
+            if state.engines_version != engines_version:
+                engines_version = state.engines_version
+                engines = self._engines(state, snapshot, engine_ts, engine_missing)
+            send_labels = snapshot or state.node_labels_version != labels_version
+            labels_version = state.node_labels_version
+            yield node_update_to_pb(
+                NodeUpdate(
+                    snapshot,
+                    state.node_name,
+                    self._agent_id,
+                    seq,
+                    sent_at,
+                    self._interval,
+                    gpus=tuple(gpus),
+                    pods=tuple(state.pods.values()) if send_pods else (),
+                    pods_changed=send_pods and not snapshot,
+                    node_labels=dict(state.node_labels) if send_labels else {},
+                    node_labels_changed=send_labels and not snapshot,
+                    complete=state.complete,
+                    engines_supported=True,
+                    engines=engines,
+                )
+            )

@@ -225,10 +225,10 @@ class WorkerPool:
                 return delivered
             kind = header[:1]
             if kind == _UPDATE:
-                msg = agent_pb2.NodeUpdate.FromString(payload)
-                if msg.kind == agent_pb2.NodeUpdate.SNAPSHOT:
-                    worker.nodes[msg.node_name] = msg.agent_id
-                state.apply(msg)
+                update = state.read(agent_pb2.NodeUpdate.FromString(payload))
+                if update.snapshot:
+                    worker.nodes[update.node_name] = update.agent_id
+                state.apply_update(update)
                 delivered += 1
                 if metrics is not None:
                     metrics.agent_update()

@@ -54,8 +54,17 @@ __all__ = [
     "served_rate",
 ]
 
+# The signals of model.ENGINE_SIGNALS by kind, spelled out for the type checker (which cannot derive a
+# Literal); tests/test_signal_table.py holds them equal to it.
 GaugeField = Literal["waiting", "running", "kv_cache_usage"]
-CounterField = Literal["prompt_tokens", "generation_tokens", "requests_finished", "requests_aborted"]
+CounterField = Literal[
+    "prompt_tokens",
+    "generation_tokens",
+    "requests_finished",
+    "requests_aborted",
+    "queue_time_sum",
+    "queue_time_count",
+]
 HistogramField = Literal["ttft", "itl"]
 
 

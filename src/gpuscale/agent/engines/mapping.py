@@ -64,7 +64,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from ...exposition import Exposition, Labels, Selection
-from ...model import BucketCounts, EngineSample, ModelSignals
+from ...model import BucketCounts, EngineSample, ModelSignals, engine_signals
 
 __all__ = [
     "ENGINES",
@@ -78,19 +78,7 @@ __all__ = [
     "map_exposition",
 ]
 
-_FIELDS = (
-    "waiting",
-    "running",
-    "kv_cache_usage",
-    "ttft",
-    "itl",
-    "prompt_tokens",
-    "generation_tokens",
-    "requests_finished",
-    "requests_aborted",
-    "queue_time_sum",
-    "queue_time_count",
-)
+_FIELDS = engine_signals()  # every signal of ModelSignals: each is a field of EngineSpec too
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +118,9 @@ class Counter:
 
 @dataclass(frozen=True, slots=True)
 class EngineSpec:
-    """Where one engine keeps each signal: alternatives in order (per model, the first exposed wins)."""
+    """Where one engine keeps each signal of ``model.ENGINE_SIGNALS``, a field each: alternatives in order
+    (per model, the first exposed wins); a gauge from ``Gauge`` (or ``Ratio``), a counter from ``Counter``, a
+    histogram from ``Hist``."""
 
     name: str
     markers: tuple[str, ...]
