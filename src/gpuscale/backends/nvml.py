@@ -1,30 +1,24 @@
 """NVIDIA GPUs through NVML, with NVIDIA's official bindings (``nvidia-ml-py``, module ``pynvml``).
 
-``pynvml`` is imported in ``open`` only, so this module loads on machines without it. Every NVML error is
-converted here, in ``_device_error``; a field the part does not support is ``None``.
-
-**GPM** (GPU Performance Monitoring, Hopper and newer): where ``nvmlGpmQueryDeviceSupport`` says so, each GPU
-(or, in MIG mode, each GPU instance, through ``nvmlGpmMigSampleGet`` on its parent) keeps two GPM samples.
-Every read takes one, and ``nvmlGpmMetricsGet`` gives the engine, SM, occupancy, tensor and DRAM activity over
-the interval since the previous read: the sampling interval itself, with no extra wait. The first read of a
-device has no interval yet (``None``). A GPM failure leaves those fields ``None`` and never fails the read.
-The same request gives a whole GPU's PCIe and NVLink transmit and receive rates (dcgm-exporter's
-``DCGM_FI_PROF_{PCIE,NVLINK}_{TX,RX}_BYTES``, for /metrics).
+``pynvml`` is imported in ``open`` only, so this module loads on machines without it; its helpers take the
+module as an argument. Every NVML error is converted here, in ``_device_error``; a field the part does not
+support is ``None``. GPM activity (Hopper and newer) is read in ``_nvml_gpm``, XID errors are followed in
+``_nvml_xid``.
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import math
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, TypeVar
 
 from ..model import DeviceInfo, GpuSample, ProcessSample, Vendor
+from ._nvml_codes import ABSENT, KINDS, NOT_FOUND
+from ._nvml_gpm import GpmState, gpm_activity, gpm_free, gpm_start, gpm_supported
+from ._nvml_xid import XidWatch
 from .errors import BackendUnavailable, DeviceError
 
 __all__ = ["NvmlBackend"]
@@ -33,137 +27,14 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# NVML return codes (pynvml.NVML_ERROR_*), kept here so the classification reads without the module loaded.
-_NOT_SUPPORTED = 3
-_NO_PERMISSION = 4
-_NOT_FOUND = 6
-_DRIVER_NOT_LOADED = 9
-_TIMEOUT = 10
-_FUNCTION_NOT_FOUND = 13
-_GPU_IS_LOST = 15
-_RESET_REQUIRED = 16
-_LIB_RM_VERSION_MISMATCH = 18
-_UNINITIALIZED = 1
-_ABSENT = frozenset({_NOT_SUPPORTED, _FUNCTION_NOT_FOUND})
-_KINDS = {
-    _NO_PERMISSION: "no_permission",
-    _DRIVER_NOT_LOADED: "driver",
-    _UNINITIALIZED: "driver",
-    _LIB_RM_VERSION_MISMATCH: "driver",
-    _TIMEOUT: "timeout",
-    _GPU_IS_LOST: "lost",
-    _RESET_REQUIRED: "lost",
-    _NOT_SUPPORTED: "not_supported",
-    _FUNCTION_NOT_FOUND: "not_supported",
-}
-
-
-# GpmSample fields and their NVML_GPM_METRIC_* ids
-_GPM_METRICS = (
-    ("gr_engine_active", 1),  # GRAPHICS_UTIL: % of time any compute/graphics work was active
-    ("sm_active", 2),  # SM_UTIL: % of SMs busy
-    ("sm_occupancy", 3),  # SM_OCCUPANCY: % of warps active of the theoretical maximum
-    ("tensor_active", 5),  # ANY_TENSOR_UTIL
-    ("dram_active", 10),  # DRAM_BW_UTIL: % of the theoretical DRAM bandwidth
-)
-# GPM rates in MiB/s, of a whole GPU only (PCIe is the physical GPU's), as bytes/s
-_GPM_RATES = (
-    ("pcie_tx_bytes_per_s", 20),  # PCIE_TX_PER_SEC
-    ("pcie_rx_bytes_per_s", 21),  # PCIE_RX_PER_SEC
-    ("nvlink_rx_bytes_per_s", 60),  # NVLINK_TOTAL_RX_PER_SEC, all links (DCGM computes its own this way)
-    ("nvlink_tx_bytes_per_s", 61),  # NVLINK_TOTAL_TX_PER_SEC
-)
-_MIB = 1 << 20
 _FI_DEV_MEMORY_TEMP = 82  # NVML_FI_DEV_MEMORY_TEMP: the HBM's temperature, °C (dcgm-exporter's MEMORY_TEMP)
 # nvmlValue_t's member for each NVML_VALUE_TYPE_*
 _VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 
 
-class _XidWatch:
-    """The last XID error each GPU reported (0: none since the agent started), from an NVML event set, on a
-    thread of its own: ``nvmlEventSetWait`` blocks, one second at a time so that ``close`` can stop it. The
-    set is freed only once the thread has stopped."""
-
-    def __init__(
-        self, nvml: ModuleType, handles: Mapping[str, Any], before: Mapping[str, int] | None = None
-    ) -> None:
-        self._nvml = nvml
-        self.last: dict[str, int] = {}
-        self._uuids: dict[object, str] = {}  # handle -> uuid: the thread makes no NVML call for a lost GPU
-        self._stop = threading.Event()
-        self._set = nvml.nvmlEventSetCreate()
-        for uuid, h in handles.items():
-            try:
-                nvml.nvmlDeviceRegisterEvents(h, nvml.nvmlEventTypeXidCriticalError, self._set)
-            except nvml.NVMLError:
-                continue  # not on this part
-            self.last[uuid] = (before or {}).get(uuid, 0)  # a reopen (driver reload) keeps the last XID
-            self._uuids[_handle_key(h)] = uuid
-        self._thread = threading.Thread(target=self._run, name="nvml-xid-events", daemon=True)
-        if self.last:
-            self._thread.start()
-
-    def _run(self) -> None:
-        nvml = self._nvml
-        while not self._stop.is_set():
-            try:
-                data = nvml.nvmlEventSetWait_v2(self._set, 1000)
-            except nvml.NVMLError as e:
-                code = getattr(e, "value", None)
-                if code == _TIMEOUT:
-                    continue
-                if code in _ABSENT:
-                    return
-                self._stop.wait(1.0)  # e.g. the driver going away: the backend reopens, a new watch starts
-                continue
-            if self._stop.is_set():
-                return
-            if data.eventType & nvml.nvmlEventTypeXidCriticalError:
-                uuid = self._uuids.get(_handle_key(data.device))
-                if uuid is None:
-                    continue
-                log.warning("GPU %s reported XID %d", uuid, data.eventData)
-                self.last[uuid] = int(data.eventData)
-
-    def close(self) -> bool:
-        """Stop the thread and free the set; False if the thread did not stop (then NVML must stay up)."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=2.5)
-        if self._thread.is_alive():
-            return False
-        try:
-            self._nvml.nvmlEventSetFree(self._set)
-        except self._nvml.NVMLError:
-            pass
-        return True
-
-
-def _handle_key(h: Any) -> object:
-    """A device handle's identity: the address it points to (NVML hands out new pointer objects for the
-    same device), or the object itself where it is not a ctypes pointer."""
-    try:
-        return ctypes.cast(h, ctypes.c_void_p).value
-    except (TypeError, ctypes.ArgumentError):
-        return id(h)
-
-
-@dataclass
-class _Gpm:
-    """One device's GPM state: ``previous`` (taken at the last read, or ``None``) and ``spare``, swapped at
-    every read; one metrics request (a 19 KiB struct) reused."""
-
-    target: Any  # the handle sampled: the GPU's, or the parent's for a MIG instance
-    gpu_instance_id: int | None
-    previous: Any
-    spare: Any
-    request: Any
-    primed: bool = False
-
-
 def _device_error(uuid: str, e: Exception) -> DeviceError:
     code = getattr(e, "value", None)
-    return DeviceError(uuid, _KINDS.get(code, "unknown") if isinstance(code, int) else "unknown", str(e))
+    return DeviceError(uuid, KINDS.get(code, "unknown") if isinstance(code, int) else "unknown", str(e))
 
 
 class NvmlBackend:
@@ -181,9 +52,9 @@ class NvmlBackend:
         self._devices: tuple[DeviceInfo, ...] = ()
         self._handles: dict[str, Any] = {}
         self._last_seen_us: dict[str, int] = {}
-        self._gpm: dict[str, _Gpm] = {}
+        self._gpm: dict[str, GpmState] = {}
         self._memory_v2: bool | None = None  # nvmlDeviceGetMemoryInfo_v2 works here (None: not tried yet)
-        self._xid: _XidWatch | None = None
+        self._xid: XidWatch | None = None
         self._xid_before: dict[str, int] = {}  # the last XIDs, across a reopen
 
     # -- lifecycle ---------------------------------------------------------------------------------------
@@ -228,11 +99,7 @@ class NvmlBackend:
             return
         if nvml is not None:
             for state in self._gpm.values():
-                for sample in (state.previous, state.spare):
-                    try:
-                        nvml.nvmlGpmSampleFree(sample)
-                    except nvml.NVMLError:
-                        pass
+                gpm_free(nvml, state)
         self._gpm.clear()
         self._handles.clear()
         self._last_seen_us.clear()
@@ -259,7 +126,7 @@ class NvmlBackend:
         try:
             return fn(*args)
         except nvml.NVMLError as e:
-            if getattr(e, "value", None) in _ABSENT:
+            if getattr(e, "value", None) in ABSENT:
                 return None
             raise
 
@@ -300,7 +167,7 @@ class NvmlBackend:
                     driver_version=driver,
                 )
             )
-            gpm = self._gpm_supported(nvml, h)
+            gpm = gpm_supported(nvml, h)
             if mig_enabled:
                 instances = self._discover_mig(nvml, h, devices[-1])
                 devices.extend(instances)
@@ -323,36 +190,14 @@ class NvmlBackend:
         physical = {d.uuid: self._handles[d.uuid] for d in devices if not d.is_mig}
         if hasattr(nvml, "nvmlEventSetCreate"):
             try:
-                self._xid = _XidWatch(nvml, physical, self._xid_before)
+                self._xid = XidWatch(nvml, physical, self._xid_before)
             except nvml.NVMLError as e:
                 log.info("NVML events unavailable (%s): no XID errors on /metrics", e)
 
-    def _gpm_supported(self, nvml: ModuleType, h: Any) -> bool:
-        query = getattr(nvml, "nvmlGpmQueryDeviceSupport", None)  # absent from bindings older than 11.525
-        if query is None:
-            return False
-        try:
-            return bool(query(h).isSupportedDevice)
-        except nvml.NVMLError:
-            return False
-
     def _gpm_start(self, nvml: ModuleType, uuid: str, target: Any, gpu_instance_id: int | None) -> None:
-        try:
-            previous = nvml.nvmlGpmSampleAlloc()
-        except nvml.NVMLError:
-            return
-        try:
-            spare = nvml.nvmlGpmSampleAlloc()
-        except nvml.NVMLError:
-            nvml.nvmlGpmSampleFree(previous)
-            return
-        request = nvml.c_nvmlGpmMetricsGet_t()
-        request.version = nvml.NVML_GPM_METRICS_GET_VERSION
-        metrics = _GPM_METRICS if gpu_instance_id is not None else _GPM_METRICS + _GPM_RATES
-        request.numMetrics = len(metrics)
-        for i, (_, metric_id) in enumerate(metrics):
-            request.metrics[i].metricId = metric_id
-        self._gpm[uuid] = _Gpm(target, gpu_instance_id, previous, spare, request)
+        state = gpm_start(nvml, target, gpu_instance_id)
+        if state is not None:
+            self._gpm[uuid] = state
 
     def _memory(self, nvml: ModuleType, h: Any) -> Any:
         """Memory info, v2 where the driver has it: its ``used`` leaves out the memory the driver and firmware
@@ -363,7 +208,7 @@ class NvmlBackend:
             try:
                 mem = nvml.nvmlDeviceGetMemoryInfo(h, version=version)
             except nvml.NVMLError as e:
-                if getattr(e, "value", None) not in _ABSENT:
+                if getattr(e, "value", None) not in ABSENT:
                     raise
                 self._memory_v2 = False  # the driver lacks it: v1 from now on
             else:
@@ -391,7 +236,7 @@ class NvmlBackend:
             try:
                 mh = nvml.nvmlDeviceGetMigDeviceHandleByIndex(parent_handle, i)
             except nvml.NVMLError as e:
-                if getattr(e, "value", None) == _NOT_FOUND:
+                if getattr(e, "value", None) == NOT_FOUND:
                     continue  # an empty slot
                 raise
             uuid = nvml.nvmlDeviceGetUUID(mh)
@@ -433,39 +278,7 @@ class NvmlBackend:
     def _activity(self, nvml: ModuleType, uuid: str) -> dict[str, Any]:
         """GPM activity since the previous read of ``uuid``, in % (empty without GPM or an interval)."""
         state = self._gpm.get(uuid)
-        if state is None:
-            return {}
-        try:
-            if state.gpu_instance_id is None:
-                nvml.nvmlGpmSampleGet(state.target, state.spare)
-            else:
-                nvml.nvmlGpmMigSampleGet(state.target, state.gpu_instance_id, state.spare)
-        except nvml.NVMLError:
-            state.primed = False  # no interval to the next read either
-            return {}
-        state.previous, state.spare = state.spare, state.previous
-        if not state.primed:
-            state.primed = True
-            return {}
-        request = state.request
-        request.sample1, request.sample2 = state.spare, state.previous  # older, newer
-        try:
-            nvml.nvmlGpmMetricsGet(request)
-        except nvml.NVMLError:
-            return {}
-        out = {}
-        for i, (name, _) in enumerate(_GPM_METRICS + _GPM_RATES):
-            if i >= request.numMetrics:
-                break
-            metric = request.metrics[i]
-            value = float(metric.value)
-            if metric.nvmlReturn != 0 or not math.isfinite(value):
-                continue
-            if i < len(_GPM_METRICS):
-                out[name] = min(100.0, max(0.0, value))
-            elif value >= 0:
-                out[name] = value * _MIB
-        return out
+        return {} if state is None else gpm_activity(nvml, state)
 
     def _field_value(self, nvml: ModuleType, h: Any, field_id: int) -> float | None:
         """One NVML field value (``nvmlDeviceGetFieldValues``); ``None`` where the part or driver lacks it."""
@@ -559,9 +372,9 @@ class NvmlBackend:
             samples = nvml.nvmlDeviceGetProcessUtilization(h, since)
         except nvml.NVMLError as e:
             code = getattr(e, "value", None)
-            if code in (0, _NOT_FOUND):  # no process ran a kernel since `since`: all idle
+            if code in (0, NOT_FOUND):  # no process ran a kernel since `since`: all idle
                 return {}
-            if code in _ABSENT:
+            if code in ABSENT:
                 return None
             raise
         out: dict[int, float] = {}

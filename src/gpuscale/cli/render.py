@@ -105,7 +105,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Write Kubernetes manifests as YAML for one of the paths in docs/paths.md.",
     )
     sub = p.add_subparsers(dest="what", metavar="WHAT", required=True)
+    _scaledobject_parser(sub)
+    _hpa_parser(sub)
 
+
+def _scaledobject_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     so = sub.add_parser(
         "scaledobject",
         help="a KEDA ScaledObject",
@@ -114,6 +118,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "is chosen and explained.",
     )
     _common(so)
+    _scaledobject_trigger_options(so)
+    _request_path_options(so)
+    so.add_argument(
+        "--queue-target",
+        help="external: a second trigger on the engine's waiting requests (metric queue_length), this many "
+        "per replica; the HPA takes the larger proposal",
+    )
+    _fallback_options(so)
+    _scaler_options(so)
+    _prometheus_options(so)
+    so.set_defaults(func=run_scaledobject)
+
+
+def _scaledobject_trigger_options(so: argparse.ArgumentParser) -> None:
+    """The mode, the trigger keys beyond the common ones, KEDA's polling and the HPA's scale-up."""
     so.add_argument("--mode", default="external", help=f"{', '.join(MODES)} (default external)")
     so.add_argument("--activation-value", help="override the profile's activation value")
     so.add_argument("--scope", help=f"{', '.join(SCOPES)} (default: the profile's, else workload)")
@@ -132,12 +151,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "or +max-replicas pods per 15 s); default leaves the HPA's, the larger of +100 %% and +4 pods per "
         "15 s (default: fast for an engine metric, --queue-target or --request-path, else default)",
     )
-    _request_path_options(so)
-    so.add_argument(
-        "--queue-target",
-        help="external: a second trigger on the engine's waiting requests (metric queue_length), this many "
-        "per replica; the HPA takes the larger proposal",
-    )
+
+
+def _fallback_options(so: argparse.ArgumentParser) -> None:
+    """KEDA's fallback: what it holds while the trigger fails."""
     so.add_argument(
         "--fallback-replicas",
         type=_int,
@@ -157,6 +174,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--fallback-replicas: scales a larger workload down), currentReplicasIfLower (at most "
         "--fallback-replicas: scales down); KEDA 2.15 or newer",
     )
+
+
+def _scaler_options(so: argparse.ArgumentParser) -> None:
+    """external: where the scaler is and how KEDA reaches it (TLS)."""
     so.add_argument(
         "--scaler-address",
         help="external: HOST:PORT of the scaler (default RELEASE-scaler.RELEASE_NAMESPACE.svc:6001; "
@@ -169,6 +190,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     so.add_argument(
         "--tls-client-cert", action="store_true", help="external: also tls.crt/tls.key (mutual TLS)"
     )
+
+
+def _prometheus_options(so: argparse.ArgumentParser) -> None:
+    """prometheus: the server KEDA queries and the pods the query selects."""
     so.add_argument(
         "--prometheus-url",
         default="http://prometheus-operated.monitoring.svc:9090",
@@ -179,8 +204,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="prometheus: regex on pod names (default from the target: NAME-[a-z0-9]+-[a-z0-9]{5} for a "
         "Deployment, NAME-[0-9]+ for a StatefulSet)",
     )
-    so.set_defaults(func=run_scaledobject)
 
+
+def _hpa_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     hpa = sub.add_parser(
         "hpa",
         help="an autoscaling/v2 HPA with a Pods metric, and the Prometheus Adapter rule",

@@ -48,6 +48,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "externalscaler.ExternalScaler calls for workloads (scope workload) and node pools (scope pool). "
         "Every flag also reads GPUSCALE_<FLAG> (--kubeconfig: GPUSCALE_KUBECONFIG_PATH).",
     )
+    _agent_arguments(p)
+    add_server_arguments(p, grpc_port=6001, metrics_port=9401, grpc_serves="ExternalScaler")
+    p.add_argument(
+        "--kubeconfig",
+        default=env("KUBECONFIG_PATH"),
+        help="kubeconfig for the Kubernetes API (ScaledObject → target → pod selector); default: the "
+        "in-cluster configuration in a pod, else none (then workload scope needs podSelector)",
+    )
+    p.add_argument("--profiles", default=env("PROFILES"), help="YAML file of more trigger profiles")
+    _request_path_arguments(p)
+    add_server_tls_arguments(p, "TLS (between KEDA and the scaler)", "clients (KEDA)")
+    _agent_tls_arguments(p)
+    p.set_defaults(func=run)
+
+
+def _agent_arguments(p: argparse.ArgumentParser) -> None:
+    """Where the agents are, how long their samples and their nodes are kept, and who reads their streams."""
     a = p.add_argument_group("agents")
     a.add_argument(
         "--agents",
@@ -88,14 +105,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "to KEDA's calls (default 0: in the main process; 1 or more from a few hundred nodes, see "
         f"docs/performance.md; at most {MAX_WORKERS})",
     )
-    add_server_arguments(p, grpc_port=6001, metrics_port=9401, grpc_serves="ExternalScaler")
-    p.add_argument(
-        "--kubeconfig",
-        default=env("KUBECONFIG_PATH"),
-        help="kubeconfig for the Kubernetes API (ScaledObject → target → pod selector); default: the "
-        "in-cluster configuration in a pod, else none (then workload scope needs podSelector)",
-    )
-    p.add_argument("--profiles", default=env("PROFILES"), help="YAML file of more trigger profiles")
+
+
+def _request_path_arguments(p: argparse.ArgumentParser) -> None:
+    """The request path (trigger key ``requestPath``): which Services may be read, and how often."""
     r = p.add_argument_group(
         "request path (trigger key requestPath: a gateway's metrics, read by the scaler)"
     )
@@ -120,7 +133,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="seconds between reads of each request path; each read times out after 80%% of it, at most "
         "10 s (default 1)",
     )
-    add_server_tls_arguments(p, "TLS (between KEDA and the scaler)", "clients (KEDA)")
+
+
+def _agent_tls_arguments(p: argparse.ArgumentParser) -> None:
+    """TLS from the scaler to the agents."""
     a = p.add_argument_group("TLS to the agents (their --tls-cert)")
     a.add_argument(
         "--agent-tls-ca",
@@ -138,7 +154,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=env("AGENT_TLS_SERVER_NAME"),
         help="the name in the agents' certificate (agents are dialled by IP; default: their address)",
     )
-    p.set_defaults(func=run)
 
 
 def agent_tls_from_args(args: argparse.Namespace) -> dict[str, str | None]:

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from ..demo.patterns import make_pattern
+from ..demo.patterns import DemandPattern, make_pattern
 from .build import build
 from .client import KubeClient
 from .errors import KubeRequestFailed
@@ -107,80 +107,108 @@ def run_real_demo(settings: RealDemoSettings, print_line: Callable[[str], None] 
     with ControlPlane(binaries, workdir, nodes=nodes, hpa_sync_period="5s", say=print_line) as plane:
         stack = GpuStack(plane)
         stack.start()
-        client = plane.client
-        client.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-        min_replicas = 1  # workload scope cannot wake a workload from zero (docs/metadata.md)
-        client.apply(
-            {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "metadata": {"name": WORKLOAD, "namespace": NAMESPACE},
-                "spec": {
-                    "replicas": 1,
-                    "selector": {"matchLabels": {"app": WORKLOAD}},
-                    "template": {
-                        "metadata": {"labels": {"app": WORKLOAD}},
-                        "spec": {
-                            "containers": [
-                                {
-                                    "name": "main",
-                                    "image": "llm:1",
-                                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
-                                }
-                            ]
-                        },
-                    },
-                },
-            }
-        )
-        client.apply(_scaled_object(settings, stack.scaler_address, min_replicas))
+        _deploy_workload(plane.client, settings, stack.scaler_address)
         print_line(f"kubeconfig: {plane.kubeconfig} (namespace {NAMESPACE}); logs: {plane.log_dir}")
         rows: list[dict[str, Any]] = []
-        start = time.monotonic()
-        last_print = -settings.every
         try:
-            while (t := time.monotonic() - start) < settings.duration:
-                plane.check()
-                demand, phase = pattern.at(t)
-                deploy = client.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{WORKLOAD}")
-                pods = client.get(f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=app%3D{WORKLOAD}")[
-                    "items"
-                ]
-                running = sum(
-                    1
-                    for p in pods
-                    if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
-                )
-                per_pod = min(100.0, 100.0 * demand / (max(running, 1) * settings.capacity_per_replica))
-                stack.set_load(per_pod if running else 0.0)
-                hpa = hpa_reading(_hpa(client))
-                row = {
-                    "t": round(t, 1),
-                    "phase": phase,
-                    "demand": round(demand, 1),
-                    "gpu_percent": round(per_pod if running else 0.0, 1),
-                    "hpa_metric": "" if hpa.metric is None else round(hpa.metric, 3),
-                    "hpa_desired": "" if hpa.desired is None else hpa.desired,
-                    "spec_replicas": deploy["spec"].get("replicas", 0),
-                    "running": running,
-                }
-                rows.append(row)
-                if t - last_print >= settings.every:
-                    last_print = t
-                    print_line(
-                        f"t={t:5.1f}s {phase:<16} demand {demand:5.1f} req/s GPU {row['gpu_percent']:5.1f}% "
-                        f"{hpa_words(hpa)}  deploy {row['spec_replicas']}  running {running}"
-                    )
-                time.sleep(1.0)
+            _follow_pattern(plane, stack, pattern, settings, rows, print_line)
         except KeyboardInterrupt:
             print_line("stopped early")
         finally:
             stack.stop()
-        with timeline.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["t"])
-            writer.writeheader()
-            writer.writerows(rows)
+        _write_timeline(rows, timeline)
     return timeline
+
+
+def _deploy_workload(client: KubeClient, settings: RealDemoSettings, scaler_address: str) -> None:
+    """The demo's namespace, its Deployment of one GPU per pod, and the ScaledObject on the scaler."""
+    client.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    min_replicas = 1  # workload scope cannot wake a workload from zero (docs/metadata.md)
+    client.apply(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": WORKLOAD, "namespace": NAMESPACE},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": WORKLOAD}},
+                "template": {
+                    "metadata": {"labels": {"app": WORKLOAD}},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "main",
+                                "image": "llm:1",
+                                "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                            }
+                        ]
+                    },
+                },
+            },
+        }
+    )
+    client.apply(_scaled_object(settings, scaler_address, min_replicas))
+
+
+def _follow_pattern(
+    plane: ControlPlane,
+    stack: GpuStack,
+    pattern: DemandPattern,
+    settings: RealDemoSettings,
+    rows: list[dict[str, Any]],
+    print_line: Callable[[str], None],
+) -> None:
+    """Once a second until ``duration``: check the components, set the GPUs' load from the demand, append a
+    row to ``rows``; print a line every ``settings.every`` seconds."""
+    start = time.monotonic()
+    last_print = -settings.every
+    while (t := time.monotonic() - start) < settings.duration:
+        plane.check()
+        demand, phase = pattern.at(t)
+        row, hpa = _step(plane.client, stack, settings, t, demand, phase)
+        rows.append(row)
+        if t - last_print >= settings.every:
+            last_print = t
+            print_line(
+                f"t={t:5.1f}s {phase:<16} demand {demand:5.1f} req/s GPU {row['gpu_percent']:5.1f}% "
+                f"{hpa_words(hpa)}  deploy {row['spec_replicas']}  running {row['running']}"
+            )
+        time.sleep(1.0)
+
+
+def _step(
+    client: KubeClient, stack: GpuStack, settings: RealDemoSettings, t: float, demand: float, phase: str
+) -> tuple[dict[str, Any], HpaReading]:
+    """One second of the demo: the demand spread over the Running pods' GPUs, and the row of what the
+    cluster shows (the Deployment, the pods, the HPA)."""
+    deploy = client.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{WORKLOAD}")
+    pods = client.get(f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=app%3D{WORKLOAD}")["items"]
+    running = sum(
+        1
+        for p in pods
+        if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+    )
+    per_pod = min(100.0, 100.0 * demand / (max(running, 1) * settings.capacity_per_replica))
+    stack.set_load(per_pod if running else 0.0)
+    hpa = hpa_reading(_hpa(client))
+    row = {
+        "t": round(t, 1),
+        "phase": phase,
+        "demand": round(demand, 1),
+        "gpu_percent": round(per_pod if running else 0.0, 1),
+        "hpa_metric": "" if hpa.metric is None else round(hpa.metric, 3),
+        "hpa_desired": "" if hpa.desired is None else hpa.desired,
+        "spec_replicas": deploy["spec"].get("replicas", 0),
+        "running": running,
+    }
+    return row, hpa
+
+
+def _write_timeline(rows: list[dict[str, Any]], path: Path) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["t"])
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def _hpa(client: KubeClient) -> dict[str, Any] | None:

@@ -16,14 +16,8 @@ adapter's certificate carries ``keda-metrics-apiserver.keda.svc`` for the aggreg
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
-import os
-import signal
-import ssl
-import subprocess
 import time
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,13 +25,14 @@ from typing import Any
 
 import yaml
 
-from ..demo.processes import free_ports, log_tail
+from ..demo.processes import free_ports
 from .build import Binaries
 from .client import KubeClient, load_documents, wait_for
+from .components import Process, http_ok, insecure_context, start_process
 from .errors import ComponentFailed
 from .pki import Pki, make_pki
 
-__all__ = ["CONTROLLERS", "ControlPlane", "GpuNode", "Process", "write_kubeconfig"]
+__all__ = ["CONTROLLERS", "ControlPlane", "GpuNode", "write_kubeconfig"]
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -63,59 +58,6 @@ class GpuNode:
     name: str
     gpus: int = 4
     labels: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class Process:
-    name: str
-    popen: subprocess.Popen[bytes]
-    log_path: Path
-
-    @property
-    def running(self) -> bool:
-        return self.popen.poll() is None
-
-    def check(self) -> None:
-        code = self.popen.poll()
-        if code is not None:
-            raise self.failed(f"exited with code {code}")
-
-    def failed(self, what: str) -> ComponentFailed:
-        return ComponentFailed(self.name, what, self.log_path, log_tail(self.log_path, 20))
-
-    def kill(self) -> None:
-        """SIGKILL, as a crash would end it."""
-        with contextlib.suppress(ProcessLookupError):
-            self.popen.kill()
-        self.popen.wait()
-
-    def stop(self, grace_s: float = 5.0) -> None:
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-
-def start_process(
-    name: str, args: Sequence[str], log_dir: Path, env: dict[str, str] | None = None
-) -> Process:
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"{name}.log"
-    with log_path.open("ab") as log:
-        log.write(f"$ {' '.join(args)}\n".encode())
-        log.flush()
-        popen = subprocess.Popen(
-            list(args),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, **(env or {})},
-        )
-    return Process(name, popen, log_path)
 
 
 def write_kubeconfig(
@@ -147,18 +89,6 @@ def write_kubeconfig(
     path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     path.chmod(0o600)
     return path
-
-
-def _http_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool | None:
-    with urllib.request.urlopen(url, timeout=2, context=ctx) as resp:
-        return True if resp.status == 200 else None
-
-
-def _insecure() -> ssl.SSLContext:
-    ctx = ssl.create_default_context()
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    return ctx
 
 
 class ControlPlane:
@@ -268,7 +198,7 @@ class ControlPlane:
             self.log_dir,
         )
         self.processes.append(proc)
-        self._wait(proc, "etcd /health", lambda: _http_ok(f"http://127.0.0.1:{p}/health"), 30)
+        self._wait(proc, "etcd /health", lambda: http_ok(f"http://127.0.0.1:{p}/health"), 30)
 
     def _apiserver(self) -> None:
         assert self.pki is not None
@@ -357,7 +287,7 @@ class ControlPlane:
         self._wait(
             proc,
             "kube-scheduler /healthz",
-            lambda: _http_ok(f"https://127.0.0.1:{port}/healthz", _insecure()),
+            lambda: http_ok(f"https://127.0.0.1:{port}/healthz", insecure_context()),
             60,
         )
 
@@ -412,7 +342,30 @@ class ControlPlane:
         )
 
     def _keda(self) -> None:
-        assert self.pki is not None
+        """KEDA's CRDs, its operator, its metrics adapter and the APIService that routes
+        ``external.metrics.k8s.io`` to the adapter, each waited for in turn."""
+        self._keda_crds()
+        env = {
+            "WATCH_NAMESPACE": "",
+            "KEDA_CLUSTER_OBJECT_NAMESPACE": KEDA_NAMESPACE,
+            "POD_NAMESPACE": KEDA_NAMESPACE,
+            "POD_NAME": "keda-operator",
+            "KUBECONFIG": str(self.kubeconfig),
+        }
+        self._keda_operator(env)
+        adapter = self._keda_adapter(env)
+        self._register_keda_adapter()
+        client = self.client
+
+        def available() -> bool | None:
+            obj = client.get(f"/apis/apiregistration.k8s.io/v1/apiservices/{APISERVICE}")
+            conds = obj.get("status", {}).get("conditions", [])
+            return True if any(c["type"] == "Available" and c["status"] == "True" for c in conds) else None
+
+        self._wait(adapter, f"APIService {APISERVICE} Available", available, 90)
+
+    def _keda_crds(self) -> None:
+        """KEDA's namespace and CRDs, applied and waited for until Established."""
         client = self.client
         client.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KEDA_NAMESPACE}})
         crds = load_documents(self.binaries.keda_crds.read_text(encoding="utf-8"))
@@ -429,14 +382,9 @@ class ControlPlane:
             return True
 
         wait_for("KEDA's CRDs established", crds_established, 30)
-        certs = self.pki.keda_dir
-        env = {
-            "WATCH_NAMESPACE": "",
-            "KEDA_CLUSTER_OBJECT_NAMESPACE": KEDA_NAMESPACE,
-            "POD_NAMESPACE": KEDA_NAMESPACE,
-            "POD_NAME": "keda-operator",
-            "KUBECONFIG": str(self.kubeconfig),
-        }
+
+    def _keda_operator(self, env: dict[str, str]) -> None:
+        assert self.pki is not None
         operator = start_process(
             "keda-operator",
             [
@@ -445,7 +393,7 @@ class ControlPlane:
                 f"--metrics-bind-address=127.0.0.1:{self.ports['keda-metrics']}",
                 f"--health-probe-bind-address=127.0.0.1:{self.ports['keda-probe']}",
                 f"--metrics-service-bind-address=127.0.0.1:{self.ports['keda-grpc']}",
-                f"--cert-dir={certs}",
+                f"--cert-dir={self.pki.keda_dir}",
                 "--leader-elect=false",
                 "--enable-cert-rotation=false",
                 "--enable-webhook-patching=false",
@@ -459,10 +407,14 @@ class ControlPlane:
         self._wait(
             operator,
             "keda-operator /readyz",
-            lambda: _http_ok(f"http://127.0.0.1:{self.ports['keda-probe']}/readyz"),
+            lambda: http_ok(f"http://127.0.0.1:{self.ports['keda-probe']}/readyz"),
             60,
         )
-        adapter_port = self.ports["keda-adapter"]
+
+    def _keda_adapter(self, env: dict[str, str]) -> Process:
+        """KEDA's metrics adapter, started; it is ready once its APIService is Available."""
+        assert self.pki is not None
+        certs = self.pki.keda_dir
         adapter = start_process(
             "keda-adapter",
             [
@@ -472,7 +424,7 @@ class ControlPlane:
                 f"--lister-kubeconfig={self.kubeconfig}",
                 f"--kubeconfig={self.kubeconfig}",
                 "--bind-address=127.0.0.1",
-                f"--secure-port={adapter_port}",
+                f"--secure-port={self.ports['keda-adapter']}",
                 f"--tls-cert-file={certs / 'tls.crt'}",
                 f"--tls-private-key-file={certs / 'tls.key'}",
                 f"--cert-dir={certs}",
@@ -483,6 +435,13 @@ class ControlPlane:
             env,
         )
         self.processes.append(adapter)
+        return adapter
+
+    def _register_keda_adapter(self) -> None:
+        """The ``ExternalName`` Service of ``localhost`` and the APIService that sends
+        ``external.metrics.k8s.io`` through it to the adapter, trusting the cluster's CA."""
+        assert self.pki is not None
+        client = self.client
         ca = base64.b64encode(self.pki.ca_cert.read_bytes()).decode()
         client.apply(
             {
@@ -501,7 +460,7 @@ class ControlPlane:
                     "service": {
                         "name": "keda-metrics-apiserver",
                         "namespace": KEDA_NAMESPACE,
-                        "port": adapter_port,
+                        "port": self.ports["keda-adapter"],
                     },
                     "group": "external.metrics.k8s.io",
                     "version": "v1beta1",
@@ -511,13 +470,6 @@ class ControlPlane:
                 },
             }
         )
-
-        def available() -> bool | None:
-            obj = client.get(f"/apis/apiregistration.k8s.io/v1/apiservices/{APISERVICE}")
-            conds = obj.get("status", {}).get("conditions", [])
-            return True if any(c["type"] == "Available" and c["status"] == "True" for c in conds) else None
-
-        self._wait(adapter, f"APIService {APISERVICE} Available", available, 90)
 
     # ----- for diagnostics
     def describe(self) -> str:

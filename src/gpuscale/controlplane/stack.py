@@ -19,8 +19,9 @@ from pathlib import Path
 
 from ..demo.processes import free_ports
 from .client import wait_for
+from .components import Process, start_process
 from .errors import ComponentFailed
-from .launcher import ControlPlane, GpuNode, Process, start_process
+from .launcher import ControlPlane, GpuNode
 
 __all__ = ["GpuStack", "NodeAgent"]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .errors import ChildFailed, DemoError
 from .patterns import PATTERNS
-from .run import DemoResult, DemoSettings, Wake, run_demo
+from .run import run_demo
+from .settings import DemoResult, DemoSettings, Wake
 
 __all__ = ["PATTERNS", "ChildFailed", "DemoError", "DemoResult", "DemoSettings", "Wake", "run_demo"]

@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import difflib
 import functools
-import re
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Final, cast
+from typing import Final, TypeVar
 
 from . import keys
-from .errors import MetadataError, SelectorError
-from .keys import check_choice, check_value, show
+from ._metadata_checks import check_model, request_path, selectors, target_share
+from .errors import MetadataError
+from .keys import AGGREGATIONS, METRICS, SCOPES, SHARES, check_choice, check_value, show
 from .profiles import (
     Aggregation,
     Metric,
@@ -32,8 +32,8 @@ from .profiles import (
     combination_problems,
     field_value,
 )
-from .requestpath import RequestPathRef, parse_ref
-from .selector import LabelSelector, parse_selector
+from .requestpath import RequestPathRef
+from .selector import LabelSelector
 
 __all__ = [
     "DEFAULTS",
@@ -52,8 +52,16 @@ KEDA_KEYS: Final = keys.KEDA_KEYS
 # No default for targetValue: a profile or the trigger must give it.
 DEFAULTS: Final[Mapping[str, object]] = {k.name: k.default for k in keys.KEYS if k.default is not None}
 _PROFILE_KEYS = tuple(k.name for k in keys.PROFILE_KEYS)
-_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _FROM_ENV = "FromEnv"
+# The keys a profile sets for its own metric (see ``_layers``)
+_FOR_ITS_METRIC = ("targetValue", "activationValue", "kvCacheGuard", "scaleAhead", "engineDemand")
+# Each ``Literal``'s values, to read a checked value back as its type.
+_METRICS: Final[Mapping[object, Metric]] = {m: m for m in METRICS}
+_AGGREGATIONS: Final[Mapping[object, Aggregation]] = {a: a for a in AGGREGATIONS}
+_SCOPES: Final[Mapping[object, Scope]] = {s: s for s in SCOPES}
+_SHARES: Final[Mapping[object, Share]] = {s: s for s in SHARES}
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,187 +136,168 @@ def parse_metadata(metadata: Mapping[str, str], profiles: ProfileSet | None = No
     profiles = ProfileSet.builtin() if profiles is None else profiles
     problems: list[str] = []
     raw = _collect_keys(metadata, problems)
+    profile = _profile(raw, profiles, problems)
+    explicit, metric, share = _explicit(raw, profile, problems)
+    layers = _layers(raw, explicit, profile, metric, problems)
+    scope = layers.values.get("scope")
+    if "engineDemand" in layers.values and layers.origin.get("engineDemand") and scope != "workload":
+        # a profile's choice for the engines of a workload: nothing to uncap here
+        del layers.values["engineDemand"]
+    found = selectors(raw, scope, problems)
+    check_model(raw, layers.values.get("metric"), problems)
+    ref = request_path(raw, scope, problems)
+    _combinations(raw, layers, problems)
+    if problems:
+        raise MetadataError(tuple(problems))
+    return TriggerMetadata(
+        metric=_given(layers.choice("metric", _METRICS)),
+        aggregation=_given(layers.choice("aggregation", _AGGREGATIONS)),
+        target_value=float(_given(layers.number("targetValue"))),
+        activation_value=float(_given(layers.number("activationValue"))),
+        window=float(_given(layers.number("window"))),
+        stale_after=float(_given(layers.number("staleAfter"))),
+        scope=_given(layers.choice("scope", _SCOPES)),
+        share=_given(layers.choice("share", _SHARES)),
+        max_missing_percent=float(_given(layers.number("maxMissingPercent"))),
+        profile=profile.name if profile else None,
+        pod_selector=found.get("podSelector"),
+        namespace=raw.get("namespace"),
+        node_selector=found.get("nodeSelector"),
+        model=raw.get("model"),
+        scale_ahead=_given(layers.text("scaleAhead")),
+        kv_cache_guard=_float(layers.number("kvCacheGuard")),
+        engine_demand=layers.text("engineDemand"),
+        request_path=ref,
+        request_path_format=raw.get("requestPathFormat"),
+        request_path_match=raw.get("requestPathMatch"),
+        replica_rate=_float(layers.number("replicaRate")),
+        request_path_drain_seconds=float(_given(layers.number("requestPathDrainSeconds"))),
+        target_share=share is not None,
+    )
 
-    profile: Profile | None = None
-    if "profile" in raw:
-        name, tail = check_choice(raw["profile"], profiles)
-        if tail is not None:
-            problems.append(f'parameter "profile" value {show(raw["profile"])} {tail}')
-        else:
-            profile = profiles[cast(str, name)]
 
+def _profile(raw: Mapping[str, str], profiles: ProfileSet, problems: list[str]) -> Profile | None:
+    """The profile the trigger names, if any (a name the set lacks is reported)."""
+    if "profile" not in raw:
+        return None
+    name, tail = check_choice(raw["profile"], profiles)
+    if name is None:
+        problems.append(f'parameter "profile" value {show(raw["profile"])} {tail}')
+        return None
+    return profiles[name]
+
+
+def _explicit(
+    raw: Mapping[str, str], profile: Profile | None, problems: list[str]
+) -> tuple[dict[str, object], object, float | None]:
+    """The ``choice`` and ``number`` keys the trigger gives, each checked alone from the key table: the
+    choices first, since the metric (the trigger's, else the profile's, else the default) decides whether
+    byte quantities are numbers; then ``targetValue`` as a share. Returns the values, the metric and the
+    share (``None``: ``targetValue`` is not one)."""
     explicit: dict[str, object] = {}
-    metric_raw = raw.get("metric")
     for k in keys.KEYS:
         if k.kind == "choice" and k.name in raw and k.name != "profile":
             choice, tail = check_value(k, raw[k.name])
             _note(explicit, problems, k.name, raw[k.name], choice, tail)
     metric = explicit.get("metric", profile.metric if profile and profile.metric else DEFAULTS["metric"])
-    share = _target_share(raw, metric, problems)
+    share = target_share(raw, metric, problems)
     for k in keys.KEYS:
         if k.kind == "number" and k.name in raw and not (share is not None and k.name == "targetValue"):
             number, tail = check_value(k, raw[k.name], metric=metric)
             _note(explicit, problems, k.name, raw[k.name], number, tail)
     if share is not None:
         explicit["targetValue"] = share
+    return explicit, metric, share
 
+
+def _layers(
+    raw: Mapping[str, str],
+    explicit: Mapping[str, object],
+    profile: Profile | None,
+    metric: object,
+    problems: list[str],
+) -> _Layers:
+    """Each profile key's value by precedence: explicit key > profile > built-in default. A key given but
+    invalid (already reported) has none; a missing ``targetValue`` is reported."""
     # A profile's thresholds are in its metric's unit, and its guard and scale-ahead are chosen for its
     # metric: they do not carry over to another metric.
-    foreign = profile is not None and metric_raw is not None and profile.metric not in (None, metric)
-    values: dict[str, object] = {}
-    origin: dict[str, str] = {}
+    foreign = profile is not None and raw.get("metric") is not None and profile.metric not in (None, metric)
+    layers = _Layers()
     for key in _PROFILE_KEYS:
         from_profile = field_value(profile, key) if profile is not None else None
-        if foreign and key in (
-            "targetValue",
-            "activationValue",
-            "kvCacheGuard",
-            "scaleAhead",
-            "engineDemand",
-        ):
+        if foreign and key in _FOR_ITS_METRIC:
             from_profile = None
         if key in explicit:
-            values[key], origin[key] = explicit[key], ""
+            layers.set(key, explicit[key], "")
         elif key in raw:
             continue  # invalid: already reported
-        elif from_profile is not None:
-            values[key], origin[key] = from_profile, f' (from profile "{cast(Profile, profile).name}")'
+        elif profile is not None and from_profile is not None:
+            layers.set(key, from_profile, f' (from profile "{profile.name}")')
         elif key in DEFAULTS:
-            values[key], origin[key] = DEFAULTS[key], " (default)"
-    if "targetValue" not in raw and "targetValue" not in values:
+            layers.set(key, DEFAULTS[key], " (default)")
+    if "targetValue" not in raw and "targetValue" not in layers.values:
         why = (
             f'profile "{profile.name}" sets none for metric "{metric}"' if profile else "no profile is given"
         )
         problems.append(f'parameter "targetValue" is required ({why}); give a number greater than 0')
+    return layers
 
-    scope = values.get("scope")
-    if "engineDemand" in values and origin.get("engineDemand") and scope != "workload":
-        del values["engineDemand"]  # a profile's choice for the engines of a workload: nothing to uncap here
-    selectors = _selectors(raw, scope, problems)
-    model = raw.get("model")
-    if model is not None:
-        if not isinstance(model, str) or not model.strip() or model != model.strip():
-            problems.append(
-                f'parameter "model" value {show(model)} must be a model name as the engine labels it (no '
-                "surrounding spaces); leave it out for every model"
-            )
-        elif "metric" in values and values["metric"] not in keys.ENGINE_METRICS:
-            problems.append(
-                f'parameter "model" value {show(model)} is only allowed with an engine metric '
-                f'({", ".join(sorted(keys.ENGINE_METRICS))}); metric is "{values["metric"]}"'
-            )
-    request_path = _request_path(raw, values, scope, problems)
+
+def _combinations(raw: Mapping[str, str], v: _Layers, problems: list[str]) -> None:
+    """The problems of values that are fine alone but not together (``profiles.combination_problems``),
+    each shown as given, or with where it came from (a profile, the default)."""
     for key, bad, tail in combination_problems(
-        metric=cast(Metric | None, values.get("metric")),
-        aggregation=cast(Aggregation | None, values.get("aggregation")),
-        scope=cast(Scope | None, scope),
-        share=cast(Share | None, values.get("share")),
-        target=cast(float | None, values.get("targetValue")),
-        activation=cast(float | None, values.get("activationValue")),
-        window=cast(float | None, values.get("window")),
-        stale_after=cast(float | None, values.get("staleAfter")),
-        scale_ahead=cast(str | None, values.get("scaleAhead")),
-        kv_cache_guard=cast(float | None, values.get("kvCacheGuard")),
-        engine_demand=cast(str | None, values.get("engineDemand")),
+        metric=v.choice("metric", _METRICS),
+        aggregation=v.choice("aggregation", _AGGREGATIONS),
+        scope=v.choice("scope", _SCOPES),
+        share=v.choice("share", _SHARES),
+        target=v.number("targetValue"),
+        activation=v.number("activationValue"),
+        window=v.number("window"),
+        stale_after=v.number("staleAfter"),
+        scale_ahead=v.text("scaleAhead"),
+        kv_cache_guard=v.number("kvCacheGuard"),
+        engine_demand=v.text("engineDemand"),
     ):
-        shown = raw[key] if origin.get(key) == "" else bad
-        problems.append(f'parameter "{key}" value {show(shown)}{origin.get(key, "")} {tail}')
-
-    if problems:
-        raise MetadataError(tuple(problems))
-    return TriggerMetadata(
-        metric=cast(Metric, values["metric"]),
-        aggregation=cast(Aggregation, values["aggregation"]),
-        target_value=float(cast(float, values["targetValue"])),
-        activation_value=float(cast(float, values["activationValue"])),
-        window=float(cast(float, values["window"])),
-        stale_after=float(cast(float, values["staleAfter"])),
-        scope=cast(Scope, values["scope"]),
-        share=cast(Share, values["share"]),
-        max_missing_percent=float(cast(float, values["maxMissingPercent"])),
-        profile=profile.name if profile else None,
-        pod_selector=selectors.get("podSelector"),
-        namespace=cast(str | None, raw.get("namespace")),
-        node_selector=selectors.get("nodeSelector"),
-        model=cast(str | None, raw.get("model")),
-        scale_ahead=cast(str, values["scaleAhead"]),
-        kv_cache_guard=None
-        if values.get("kvCacheGuard") is None
-        else float(cast(float, values["kvCacheGuard"])),
-        engine_demand=cast(str | None, values.get("engineDemand")),
-        request_path=request_path,
-        request_path_format=cast(str | None, explicit.get("requestPathFormat")),
-        request_path_match=cast(str | None, raw.get("requestPathMatch")),
-        replica_rate=None if values.get("replicaRate") is None else float(cast(float, values["replicaRate"])),
-        request_path_drain_seconds=float(cast(float, values["requestPathDrainSeconds"])),
-        target_share=share is not None,
-    )
+        shown = raw[key] if v.origin.get(key) == "" else bad
+        problems.append(f'parameter "{key}" value {show(shown)}{v.origin.get(key, "")} {tail}')
 
 
-def _request_path(
-    raw: Mapping[str, object], values: dict[str, object], scope: object, problems: list[str]
-) -> RequestPathRef | None:
-    """``requestPath`` and the keys that go with it: the Service, its format (required), its match."""
-    text = raw.get("requestPath")
-    ref: RequestPathRef | None = None
-    if text is not None:
-        ref, tail = parse_ref(cast(str, text))
-        if tail is not None:
-            problems.append(f'parameter "requestPath" value {show(text)} {tail}')
-        elif scope is not None and scope != "workload":
-            problems.append(
-                f'parameter "requestPath" value {show(text)} is only allowed with scope "workload" '
-                f'(scope is "{scope}")'
-            )
-        if "requestPathFormat" not in raw:
-            allowed = ", ".join(keys.REQUEST_PATH_FORMATS)
-            problems.append(
-                f'parameter "requestPathFormat" is required with "requestPath"; give one of [{allowed}]'
-            )
-    match = raw.get("requestPathMatch")
-    if match is not None and (not isinstance(match, str) or not match.strip() or match != match.strip()):
-        problems.append(
-            f'parameter "requestPathMatch" value {show(match)} must be the workload label\'s value (no '
-            "surrounding spaces); leave it out for every series"
-        )
-    for key in ("requestPathFormat", "requestPathMatch", "replicaRate"):
-        if key == "replicaRate" and _is_share(raw.get("targetValue")):
-            continue  # a share of the capacity: replicaRate is the figure until one is learned
-        if text is None and key in raw:
-            problems.append(f'parameter "{key}" value {show(raw[key])} is only allowed with "requestPath"')
-    return ref
+class _Layers:
+    """The value of each profile key after precedence, and where it came from: ``""`` (the trigger),
+    ``' (from profile "…")'``, ``" (default)"``. Read through the typed accessors: every value was
+    checked against its key (or is a profile's or the default), so a value of another type is none."""
+
+    __slots__ = ("origin", "values")
+
+    def __init__(self) -> None:
+        self.values: dict[str, object] = {}
+        self.origin: dict[str, str] = {}
+
+    def set(self, key: str, value: object, origin: str) -> None:
+        self.values[key], self.origin[key] = value, origin
+
+    def number(self, key: str) -> float | None:
+        value = self.values.get(key)
+        return value if isinstance(value, int | float) else None
+
+    def text(self, key: str) -> str | None:
+        value = self.values.get(key)
+        return value if isinstance(value, str) else None
+
+    def choice(self, key: str, allowed: Mapping[object, T]) -> T | None:
+        """The value as one of ``allowed`` (a table of a ``Literal``'s values)."""
+        return allowed.get(self.values.get(key))
 
 
-def _is_share(raw: object) -> bool:
-    return isinstance(raw, str) and raw.strip().endswith("%")
+def _given(value: T | None) -> T:
+    """A value the parse has made sure of: with no problem reported, every key that needs one has one."""
+    assert value is not None
+    return value
 
 
-def _target_share(raw: Mapping[str, object], metric: object, problems: list[str]) -> float | None:
-    """``targetValue: 80%``: a share of what one replica serves (``request_rate`` only, with ``replicaRate``
-    as the figure until the scaler has learned one); the percentage, or ``None`` (not a share, or bad:
-    reported)."""
-    text = raw.get("targetValue")
-    if not _is_share(text):
-        return None
-    assert isinstance(text, str)
-    number, tail = keys.check_number(text.strip()[:-1], minimum=0, exclusive=True, maximum=100)
-    shown = show(text)
-    if number is None:
-        problems.append(f'parameter "targetValue" value {shown} as a share of a replica\'s capacity {tail}')
-        return None
-    if metric != "request_rate":
-        problems.append(
-            f'parameter "targetValue" value {shown}: a share of what one replica serves is only allowed with '
-            f'metric "request_rate" (metric is "{metric}"); give a number'
-        )
-        return None
-    if "replicaRate" not in raw:
-        problems.append(
-            f'parameter "targetValue" value {shown} needs "replicaRate": the requests/s one replica serves '
-            "until the scaler has learned it"
-        )
-        return None
-    return number
+def _float(value: float | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def _note(
@@ -320,11 +309,11 @@ def _note(
         problems.append(f'parameter "{key}" value {show(raw)} {tail}')
 
 
-def _collect_keys(metadata: Mapping[str, str], problems: list[str]) -> dict[str, object]:
+def _collect_keys(metadata: Mapping[str, str], problems: list[str]) -> dict[str, str]:
     """Our keys (``xFromEnv`` folded into ``x``) with their raw values; report unknown keys and conflicts."""
-    raw: dict[str, object] = {}
+    raw: dict[str, str] = {}
     for key in sorted(metadata, key=str):
-        value = cast(object, metadata[key])
+        value: object = metadata[key]
         if not isinstance(key, str):
             problems.append(f"parameter {show(key)} must be a string key")
             continue
@@ -347,47 +336,6 @@ def _collect_keys(metadata: Mapping[str, str], problems: list[str]) -> dict[str,
             continue
         raw[name] = value
     return raw
-
-
-def _selectors(raw: Mapping[str, object], scope: object, problems: list[str]) -> dict[str, LabelSelector]:
-    out: dict[str, LabelSelector] = {}
-    for key, allowed_scope in (("podSelector", "workload"), ("nodeSelector", "pool")):
-        text = raw.get(key)
-        if text is None:
-            continue
-        assert isinstance(text, str)
-        if scope is not None and scope != allowed_scope:
-            problems.append(
-                f'parameter "{key}" value {show(text)} is only allowed with scope "{allowed_scope}" '
-                f'(scope is "{scope}")'
-            )
-        elif not text.strip():
-            problems.append(
-                f'parameter "{key}" value "" must be a non-empty label selector such as "app=llm"'
-            )
-        else:
-            try:
-                out[key] = parse_selector(text)
-            except SelectorError as e:
-                problems.extend(f'parameter "{key}" value {show(text)}: {p}' for p in e.problems)
-    if scope == "pool" and "nodeSelector" not in raw:
-        problems.append(
-            'parameter "nodeSelector" is required with scope "pool"; give a label selector such as '
-            '"nvidia.com/gpu.product=NVIDIA-H200"'
-        )
-    namespace = raw.get("namespace")
-    if namespace is not None:
-        if scope is not None and scope != "workload":
-            problems.append(
-                f'parameter "namespace" value {show(namespace)} is only allowed with scope "workload" '
-                f'(scope is "{scope}")'
-            )
-        elif not isinstance(namespace, str) or not _NAMESPACE.match(namespace):
-            problems.append(
-                f'parameter "namespace" value {show(namespace)} must be a Kubernetes namespace name '
-                "(1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit)"
-            )
-    return out
 
 
 class MetadataCache:

@@ -10,15 +10,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
     from .compare import Row
     from .report import Result
+    from .scenario import Scenario
+    from .summary import Summary
 
 __all__ = ["PALETTE", "Style", "plot_result", "plot_set", "result_figure", "set_figure", "styles"]
 
@@ -83,15 +86,54 @@ def result_figure(result: Result, style: Mapping[str, Style]) -> Figure:
     """Demand against each policy's Ready capacity (top), the requests waiting (when the workload has a
     queue) and the replicas (bottom); one legend, below the panels, with each policy's figures."""
     _agg()
-    import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
     sc = result.scenario
     scale, xlabel = _axis(sc.duration_seconds)
     step = max(1, sc.duration_seconds // 4000)
-    times = [t / scale for t in range(0, sc.duration_seconds, step)]
+    seconds = range(0, sc.duration_seconds, step)
+    times = [t / scale for t in seconds]
     queued = sc.workload.max_queue_seconds > 0
-    rows = (len(result.timelines) + 2) // 2  # the legend's, in two columns
+    fig, top, middle, bottom = _panels(queued, len(result.timelines))
+    first = result.timelines[0]
+    demand = [first.demand[t] for t in seconds]
+    top.fill_between(times, demand, step="post", color="0.85", zorder=1)
+    top.plot(times, demand, color="black", linewidth=1.2, drawstyle="steps-post", zorder=3)
+    handles: list[object] = [Patch(facecolor="0.85", edgecolor="black", label="demand")]
+    for tl, summary in zip(result.timelines, result.summaries, strict=True):
+        st = style[tl.policy]
+        if middle is not None:
+            middle.plot(times, [tl.waiting[t] for t in seconds], **_line(st, 1.2), label=tl.policy)
+        (line,) = top.plot(
+            times,
+            [tl.capacity[t] for t in seconds],
+            **_line(st, 1.6),
+            label=_figures(tl.policy, summary, queued),
+            zorder=2,
+        )
+        handles.append(line)
+        bottom.plot(times, [tl.desired[t] for t in seconds], **_line(st, 1.6), label=f"{tl.policy}: desired")
+        bottom.plot(
+            times,
+            [tl.ready[t] for t in seconds],
+            color=st.color,
+            linewidth=1.0,
+            linestyle=":",
+            drawstyle="steps-post",
+            label=f"{tl.policy}: ready",
+        )
+    _label_panels(sc, xlabel, top, middle, bottom)
+    # below the panels, off the data: each policy's colour in every panel, and its figures
+    fig.legend(handles=handles, loc="outside lower center", ncol=2, fontsize=8, frameon=False)
+    return fig
+
+
+def _panels(queued: bool, policies: int) -> tuple[Figure, Axes, Axes | None, Axes]:
+    """The figure and its panels: capacity, the requests waiting (only when ``queued``), the replicas; tall
+    enough for a legend of ``policies`` entries (and the demand's) in two columns below them."""
+    import matplotlib.pyplot as plt
+
+    rows = (policies + 2) // 2  # the legend's, in two columns
     legend_in = 0.25 + 0.17 * rows
     if queued:
         fig, (top, middle, bottom) = plt.subplots(
@@ -102,69 +144,41 @@ def result_figure(result: Result, style: Mapping[str, Style]) -> Figure:
             height_ratios=(3, 1.6, 2),
             layout="constrained",
         )
-    else:
-        fig, (top, bottom) = plt.subplots(
-            2, 1, figsize=(12, 7.5 + legend_in), sharex=True, height_ratios=(3, 2), layout="constrained"
-        )
-    first = result.timelines[0]
-    demand = [first.demand[t] for t in range(0, sc.duration_seconds, step)]
-    top.fill_between(times, demand, step="post", color="0.85", zorder=1)
-    top.plot(times, demand, color="black", linewidth=1.2, drawstyle="steps-post", zorder=3)
-    handles: list[object] = [Patch(facecolor="0.85", edgecolor="black", label="demand")]
-    for tl, summary in zip(result.timelines, result.summaries, strict=True):
-        st = style[tl.policy]
-        dashed = "--" if st.again else "-"
-        label = (
-            f"{tl.policy}: {summary.gpu_hours:.1f} GPU-h, "
-            f"{100 * summary.share_of_demand_unserved:.1f}% demand unserved, "
-            + (f"p95 wait {summary.p95_queueing_delay:.0f} s, " if queued else "")
-            + f"{summary.direction_changes} direction changes"
-        )
-        if queued:
-            middle.plot(
-                times,
-                [tl.waiting[t] for t in range(0, sc.duration_seconds, step)],
-                color=st.color,
-                linestyle=dashed,
-                linewidth=1.2,
-                drawstyle="steps-post",
-                label=tl.policy,
-            )
-        (line,) = top.plot(
-            times,
-            [tl.capacity[t] for t in range(0, sc.duration_seconds, step)],
-            color=st.color,
-            linestyle=dashed,
-            linewidth=1.6,
-            drawstyle="steps-post",
-            label=label,
-            zorder=2,
-        )
-        handles.append(line)
-        bottom.plot(
-            times,
-            [tl.desired[t] for t in range(0, sc.duration_seconds, step)],
-            color=st.color,
-            linestyle=dashed,
-            linewidth=1.6,
-            drawstyle="steps-post",
-            label=f"{tl.policy}: desired",
-        )
-        bottom.plot(
-            times,
-            [tl.ready[t] for t in range(0, sc.duration_seconds, step)],
-            color=st.color,
-            linewidth=1.0,
-            linestyle=":",
-            drawstyle="steps-post",
-            label=f"{tl.policy}: ready",
-        )
+        return fig, top, middle, bottom
+    fig, (top, bottom) = plt.subplots(
+        2, 1, figsize=(12, 7.5 + legend_in), sharex=True, height_ratios=(3, 2), layout="constrained"
+    )
+    return fig, top, None, bottom
+
+
+def _line(st: Style, width: float) -> dict[str, Any]:
+    """A policy's step line: its colour, dashed where the colour comes round again."""
+    return {
+        "color": st.color,
+        "linestyle": "--" if st.again else "-",
+        "linewidth": width,
+        "drawstyle": "steps-post",
+    }
+
+
+def _figures(policy: str, summary: Summary, queued: bool) -> str:
+    """A policy's legend entry: its GPU-hours, demand unserved, wait (with a queue) and direction changes."""
+    return (
+        f"{policy}: {summary.gpu_hours:.1f} GPU-h, "
+        f"{100 * summary.share_of_demand_unserved:.1f}% demand unserved, "
+        + (f"p95 wait {summary.p95_queueing_delay:.0f} s, " if queued else "")
+        + f"{summary.direction_changes} direction changes"
+    )
+
+
+def _label_panels(sc: Scenario, xlabel: str, top: Axes, middle: Axes | None, bottom: Axes) -> None:
+    """Each panel's title, axis labels, limits and grid."""
     unit = sc.workload.demand_unit
     top.set_title(f"{sc.name}: demand vs. Ready capacity ({sc.workload.name})", loc="left", fontsize=12)
     top.set_ylabel(f"demand / capacity ({unit})")
     top.set_ylim(bottom=0)
     top.grid(True, alpha=0.3)
-    if queued:
+    if middle is not None:
         middle.set_title(
             f"requests waiting (abandoned after {sc.workload.max_queue_seconds} s: unserved)",
             loc="left",
@@ -178,9 +192,6 @@ def result_figure(result: Result, style: Mapping[str, Style]) -> Figure:
     bottom.set_xlabel(xlabel)
     bottom.set_ylim(bottom=0)
     bottom.grid(True, alpha=0.3)
-    # below the panels, off the data: each policy's colour in every panel, and its figures
-    fig.legend(handles=handles, loc="outside lower center", ncol=2, fontsize=8, frameon=False)
-    return fig
 
 
 def plot_set(table: Sequence[Row], path: Path) -> None:
