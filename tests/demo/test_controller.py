@@ -69,11 +69,27 @@ def test_at_zero_the_hpa_reads_nothing_and_keda_leaves_it_while_inactive() -> No
 
 def test_the_lines_of_a_wake_say_the_request_paths_demand_and_the_replicas_asked() -> None:
     status = ControllerStatus(path_held=42.0, replica_rate=10.0)
-    status.record(ReplicaChange(6.8, 0, 1, "KEDA", "StreamIsActive true", "request path 11.2 req/s", 11.2))
     status.record(
-        ReplicaChange(11.0, 1, 5, "HPA", "metric above target", "request path 42.8 req/s", 42.8, asked=5)
+        ReplicaChange(
+            6.8, 0, 1, "KEDA", "StreamIsActive true", "request path 11.2 req/s", 11.2, decision="request path"
+        )
     )
-    status.record(ReplicaChange(16.0, 5, 6, "HPA", "metric above target", "ahead 4 s", 42.9, asked=8))
+    status.record(
+        ReplicaChange(
+            11.0,
+            1,
+            5,
+            "HPA",
+            "metric above target",
+            "request path 42.8 req/s",
+            42.8,
+            asked=5,
+            decision="request path",
+        )
+    )
+    status.record(
+        ReplicaChange(16.0, 5, 6, "HPA", "metric above target", "ahead 4 s", 42.9, asked=8, decision="ahead")
+    )
     status.record(ReplicaChange(40.0, 6, 5, "HPA", "all metrics below target", "", math.nan, asked=5))
     assert status.events == [
         "t= 6.8s replicas 0 → 1: KEDA: StreamIsActive true; request path 11.2 req/s, 42 held at the gateway",

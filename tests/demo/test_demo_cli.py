@@ -15,7 +15,7 @@ from gpuscale.cli import build_parser
 from gpuscale.cli.demo import pattern_of, profile_of, wake_line
 from gpuscale.demo import Wake
 from gpuscale.demo.controller import ReplicaChange
-from gpuscale.demo.run import wake_of
+from gpuscale.demo.settings import wake_of
 from gpuscale.scaling.keys import ENGINE_METRICS
 from gpuscale.scaling.profiles import ProfileSet
 
@@ -157,6 +157,9 @@ def test_demo_by_default_wakes_from_zero_at_the_gateways_demand_and_scales_on_th
     decided = {r["scaler_decided"] for r in rows}
     assert all(d == "" or d.startswith(("ahead ", "request path ")) or d in {"KV-cache guard", "N-1 guard", "all pods loading"}
                for d in decided), decided  # fmt: skip
+    # which decision, as the scaler's /explain names it, agrees with its words
+    kinds = {(r["scaler_decision"], r["scaler_decided"]) for r in rows if r["scaler_decided"]}
+    assert kinds and all(words.startswith(kind) for kind, words in kinds), kinds
     (said,) = [line for line in lines if line.startswith("decided:")]
     assert "request path" in said, said
     scaler_log = (out / "logs" / "scaler.log").read_text()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuscale.demo.output import Row, decision_kind, plot_timeline, timeline_figure, write_timeline
+from gpuscale.demo.output import Row, plot_timeline, timeline_figure, write_timeline
 
 pytest.importorskip("matplotlib")
 
@@ -24,6 +24,7 @@ def burst_rows() -> list[Row]:
         burst = 12 <= t < 30
         value = 375.0 if burst else 5.0
         decided = "ahead 4 s" if 15 <= t < 25 else ("KV-cache guard" if 2 <= t < 12 else "")
+        decision = decided.removesuffix(" 4 s")
         desired = 1 if t < 16 else 6
         ready = 1 if t < 20 else 6
         rows.append(
@@ -42,6 +43,7 @@ def burst_rows() -> list[Row]:
                 gpu_util=(80.0, 0.0),
                 queue=value - 5.0,
                 decided=decided,
+                decision=decision,
             )
         )
     return rows
@@ -114,25 +116,12 @@ def wake_rows() -> list[Row]:
                 gpu_util=(0.0, 0.0),
                 queue=150.0 if t == 9 else 0.0,
                 decided="request path 42.8 req/s" if 5 <= t < 9 else "",
+                decision="request path" if 5 <= t < 9 else "",
                 held=held,
                 path_demand=42.8 if burst else 0.0,
             )
         )
     return rows
-
-
-@pytest.mark.parametrize(
-    ("decided", "kind"),
-    [
-        ("ahead 4 s", "ahead"),
-        ("request path 42.8 req/s", "request path"),
-        ("capacity 0.50 req/s", "capacity"),
-        ("KV-cache guard", "KV-cache guard"),
-        ("all pods loading", "all pods loading"),
-    ],
-)
-def test_a_decision_with_its_figure_is_of_its_kind(decided: str, kind: str) -> None:
-    assert decision_kind(decided) == kind
 
 
 def test_the_timeline_says_what_the_gateway_held_and_the_request_paths_demand(tmp_path: Path) -> None:

@@ -7,9 +7,11 @@ from collections.abc import Callable
 
 import pytest
 
-from gpuscale.scaler.metrics import DECISIONS, decision_label
+from gpuscale.scaler.metrics import DECISIONS
 from gpuscale.scaler.server import Scaler
-from tests.scaler.conftest import Cluster, KedaClient, until
+from gpuscale.scaling.decisions import Decision
+from tests.poll import until
+from tests.scaler.conftest import Cluster, KedaClient
 
 LLM = {"podSelector": "app=llm", "targetValue": "60", "window": "0", "staleAfter": "2"}
 
@@ -44,25 +46,28 @@ async def test_answers_moved_by_a_decision_are_counted(
     # Ready: the plain value (70 x 1 pod), counted nowhere
     cluster.apiserver.modify_pod("default", "llm-0", _ready)
     await until(lambda: _is(client, 70.0), what="the plain value once the pod is Ready")
-    before = {d: decisions(scaler, d) for d in DECISIONS.values()}
+    before = {d: decisions(scaler, d) for d in DECISIONS}
     await client.value(LLM)
-    assert {d: decisions(scaler, d) for d in DECISIONS.values()} == before
+    assert {d: decisions(scaler, d) for d in DECISIONS} == before
 
 
 @pytest.mark.parametrize(
-    ("decided", "label"),
+    ("decision", "label"),
     [
-        ("ahead 120 s", "ahead"),
-        ("N-1 guard", "n_minus_1_guard"),
-        ("KV-cache guard", "kv_cache_guard"),
-        ("backlog hold", "backlog_hold"),
-        ("all pods loading", "all_pods_loading"),
-        ("uncapped by the engines' demand (x1.80)", "uncapped"),
-        ("something new", "other"),
+        (Decision.AHEAD, "ahead"),
+        (Decision.N_MINUS_1_GUARD, "n_minus_1_guard"),
+        (Decision.KV_CACHE_GUARD, "kv_cache_guard"),
+        (Decision.BACKLOG_HOLD, "backlog_hold"),
+        (Decision.ALL_PODS_LOADING, "all_pods_loading"),
+        (Decision.UNCAPPED, "uncapped"),
+        (Decision.CAPACITY, "capacity"),
+        (Decision.REQUEST_PATH, "request_path"),
     ],
 )
-def test_the_decision_label_drops_the_figures(decided: str, label: str) -> None:
-    assert decision_label(decided) == label
+def test_each_decision_has_its_label(decision: Decision, label: str) -> None:
+    """The labels the dashboard and the alerts name: one per decision, without its figures."""
+    assert decision.label == label and label in DECISIONS
+    assert len(DECISIONS) == len(Decision)
 
 
 def _ready(pod: dict[str, object]) -> None:

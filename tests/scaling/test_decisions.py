@@ -1,5 +1,5 @@
-"""Issue 20's decisions in ``scaling.answer``, on small cases: the demand (``request_rate``), starting pods
-as coming capacity, the scale-ahead forecast, the N-1 guard and the KV-cache guard."""
+"""The demand-based decisions of ``scaling.answer``, on small cases: the demand (``request_rate``), starting
+pods as coming capacity, the scale-ahead forecast, the N-1 guard and the KV-cache guard."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from gpuscale.scaling.engine import EngineSeries
 from gpuscale.scaling.errors import MetadataError, MissingPods
 from gpuscale.scaling.forecast import TAU_MIN, forecast, kendall_tau, sen_slope
 from gpuscale.scaling.profiles import parse_profiles
+from gpuscale.scaling.view import WorkloadView
 
 NOW = 10_000.0
 
@@ -62,7 +63,7 @@ def test_request_rate_is_finished_plus_the_growth_of_those_in_flight() -> None:
     a = engine("a", lambda t: 6.0)
     b = engine("b", lambda t: 10.0, in_flight=lambda t: 20.0 + 3.0 * (t - NOW + 130))
     pods = [GpuPod("a", "n1", ready=True), GpuPod("b", "n2", ready=True)]
-    result = answer(md, [], now=NOW, gpu_pods=pods, engines=[a, b])
+    result = answer(md, WorkloadView(pods=pods, engines=[a, b]), now=NOW)
     assert result.value == pytest.approx(16.0)
     assert math.ceil(result.value / 4) == 4
 
@@ -76,7 +77,7 @@ def test_request_rate_of_a_restarted_engine_starts_over_and_is_never_negative() 
         readings.append(
             EngineSample(t, "vllm", (ModelSignals("m", waiting=0, running=10, requests_finished=finished),))
         )
-    result = answer(md, [], now=NOW, gpu_pods=[GpuPod("p", "n")], engines=[EngineSeries("p", readings)])
+    result = answer(md, WorkloadView(pods=[GpuPod("p", "n")], engines=[EngineSeries("p", readings)]), now=NOW)
     assert result.value == pytest.approx(5.0)
 
 
@@ -86,7 +87,7 @@ def test_request_rate_without_the_finished_counter_is_a_missing_pod_never_zero()
         EngineSample(NOW - k, "vllm", (ModelSignals("m", waiting=0, running=10),)) for k in range(10, -1, -1)
     ]
     with pytest.raises(MissingPods):
-        answer(md, [], now=NOW, gpu_pods=[GpuPod("p", "n")], engines=[EngineSeries("p", readings)])
+        answer(md, WorkloadView(pods=[GpuPod("p", "n")], engines=[EngineSeries("p", readings)]), now=NOW)
 
 
 # ----- starting pods: coming capacity, never idle, never missing -------------------------------------------
@@ -99,12 +100,12 @@ def test_a_loading_pod_is_coming_capacity_not_a_missing_pod() -> None:
     loading = [EngineSeries(f"new-{i}", (), "engine not read: connect_error") for i in range(6)]
     pods = [GpuPod("a", "n1", ready=True), GpuPod("b", "n1", ready=True)]
     pods += [GpuPod(f"new-{i}", "n2", ready=False) for i in range(6)]
-    result = answer(md, [], now=NOW, gpu_pods=pods, engines=[*ready, *loading], replicas=8)
+    result = answer(md, WorkloadView(pods=pods, engines=[*ready, *loading], replicas=8), now=NOW)
     assert (result.value, result.loading, result.missing) == (pytest.approx(40.0), 6, 0)
     # readiness not known (an older agent, no API): the same pods are missing pods, as before
     unknown = [GpuPod(p.name, p.node) for p in pods]
     with pytest.raises(MissingPods):
-        answer(md, [], now=NOW, gpu_pods=unknown, engines=[*ready, *loading])
+        answer(md, WorkloadView(pods=unknown, engines=[*ready, *loading]), now=NOW)
 
 
 def test_a_loading_pods_gpu_at_zero_does_not_make_the_workload_look_idle() -> None:
@@ -119,7 +120,7 @@ def test_a_loading_pods_gpu_at_zero_does_not_make_the_workload_look_idle() -> No
     ]
     ready = {"a": True, "b": True, "c": False, "d": False}
     pods = [GpuPod(p, "n", ready=r) for p, r in ready.items()]
-    result = answer(md, series, now=NOW, gpu_pods=pods)
+    result = answer(md, WorkloadView(series=series, pods=pods), now=NOW)
     assert (result.aggregate, result.value, result.loading, result.missing) == (100.0, 200.0, 2, 0)
 
 
@@ -134,7 +135,7 @@ def test_every_pod_loading_holds_and_is_active(metric: str) -> None:
         for i in range(3)
     ]
     engines = [EngineSeries(f"p{i}", (), "engine not read: connect_error") for i in range(3)]
-    result = answer(md, series, now=NOW, gpu_pods=pods, engines=engines, replicas=4)
+    result = answer(md, WorkloadView(series=series, pods=pods, engines=engines, replicas=4), now=NOW)
     assert (result.value, result.active, result.loading) == (16.0, True, 3)
 
 
@@ -182,13 +183,13 @@ def test_scale_ahead_through_answer_on_a_ramp() -> None:
 
     series = [engine("a", demand)]
     pods = [GpuPod("a", "n", ready=True)]
-    plain = answer(rate_md(), [], now=NOW, gpu_pods=pods, engines=series)
+    plain = answer(rate_md(), WorkloadView(pods=pods, engines=series), now=NOW)
     ahead_md = rate_md(scaleAhead="auto")
-    ahead = answer(ahead_md, [], now=NOW, gpu_pods=pods, engines=series, cold_start=120.0)
+    ahead = answer(ahead_md, WorkloadView(pods=pods, engines=series, cold_start=120.0), now=NOW)
     assert plain.value == pytest.approx(demand(NOW - 4.5), rel=0.01)  # the 10 s window's mean
     assert ahead.value == pytest.approx(plain.value + 0.1 * 120, rel=0.02)
     assert ahead.decided == "ahead 120 s"
-    unknown = answer(ahead_md, [], now=NOW, gpu_pods=pods, engines=series)
+    unknown = answer(ahead_md, WorkloadView(pods=pods, engines=series), now=NOW)
     assert unknown.value == pytest.approx(plain.value)
 
 
@@ -208,9 +209,9 @@ def test_a_scale_down_does_not_read_as_a_rise() -> None:
         gone.append(EngineSeries(name, [s for s in e.samples if s.timestamp < at], departed=True))
     pods = [GpuPod("a", "n", ready=True), GpuPod("b", "n", ready=True)]
     md = rate_md(scaleAhead="auto")
-    fooled = answer(md, [], now=NOW, gpu_pods=pods, engines=left, cold_start=120.0)
+    fooled = answer(md, WorkloadView(pods=pods, engines=left, cold_start=120.0), now=NOW)
     assert fooled.decided.startswith("ahead") and fooled.value > 40.0
-    right = answer(md, [], now=NOW, gpu_pods=pods, engines=[*left, *gone], cold_start=120.0)
+    right = answer(md, WorkloadView(pods=pods, engines=[*left, *gone], cold_start=120.0), now=NOW)
     assert right.value == pytest.approx(40.0) and right.decided == ""
 
 
@@ -222,11 +223,11 @@ def test_the_n_minus_1_guard() -> None:
     md = rate_md()
     pods = [GpuPod("a", "n", ready=True)]
     rising = [engine("a", lambda t: 12.0 if t < NOW - 9 else 12.0 + (t - NOW + 9) * 7 / 9)]
-    result = answer(md, [], now=NOW, gpu_pods=pods, engines=rising, replicas=5)
+    result = answer(md, WorkloadView(pods=pods, engines=rising, replicas=5), now=NOW)
     assert math.ceil(result.value / 4) == 5 and result.decided == "N-1 guard"
     assert result.present == pytest.approx(19.0, rel=0.01)
     steady = [engine("a", lambda t: 12.0)]
-    result = answer(md, [], now=NOW, gpu_pods=pods, engines=steady, replicas=5)
+    result = answer(md, WorkloadView(pods=pods, engines=steady, replicas=5), now=NOW)
     assert math.ceil(result.value / 4) == 3 and result.decided == ""
 
 
@@ -234,7 +235,7 @@ def test_the_guard_never_scales_up() -> None:
     md = rate_md()
     pods = [GpuPod("a", "n", ready=True)]
     spike = [engine("a", lambda t: 4.0 if t < NOW else 40.0)]  # the newest second only
-    result = answer(md, [], now=NOW, gpu_pods=pods, engines=spike, replicas=2)
+    result = answer(md, WorkloadView(pods=pods, engines=spike, replicas=2), now=NOW)
     assert math.ceil(result.value / 4) <= 2
 
 
@@ -247,7 +248,7 @@ def test_the_kv_cache_guard_is_a_floor_from_the_kv_cache() -> None:
     pods = [GpuPod(f"p{i}", "n", ready=True) for i in range(6)]
     for kv, replicas in ((90.0, 6), (50.0, 4), (10.0, 1)):
         engines = [engine(f"p{i}", lambda t: 10.0, kv=kv) for i in range(6)]
-        result = answer(md, [], now=NOW, gpu_pods=pods, engines=engines, replicas=6)
+        result = answer(md, WorkloadView(pods=pods, engines=engines, replicas=6), now=NOW)
         assert result.value == 5.0 * replicas, kv
         assert result.decided == "KV-cache guard"
 
@@ -259,7 +260,7 @@ def test_missing_pods_never_lower_the_kv_cache_floor() -> None:
     pods = [GpuPod(f"p{i}", "n", ready=True) for i in range(6)]
     pods += [GpuPod(f"dark-{i}", "n2", connected=False, ready=True) for i in range(2)]
     engines = [engine(f"p{i}", lambda t: 10.0, kv=50.0) for i in range(6)]
-    result = answer(md, [], now=NOW, gpu_pods=pods, engines=engines, replicas=8)
+    result = answer(md, WorkloadView(pods=pods, engines=engines, replicas=8), now=NOW)
     assert (result.missing, result.value, result.decided) == (2, 30.0, "KV-cache guard")
 
 
@@ -305,7 +306,9 @@ def test_a_queue_at_its_timeout_sheds_aborts_which_are_not_served() -> None:
         readings.append(EngineSample(t, "vllm", (m,)))
     pods = [GpuPod("a", "n1", ready=True)]
     result = answer(
-        md, _saturated({"a": 100.0}), now=NOW, gpu_pods=pods, engines=[EngineSeries("a", readings)]
+        md,
+        WorkloadView(series=_saturated({"a": 100.0}), pods=pods, engines=[EngineSeries("a", readings)]),
+        now=NOW,
     )
     assert result.value == pytest.approx(180.0)
     # an engine whose counter holds no aborts (SGLang, TGI, Triton count completed requests only) is read as
@@ -323,7 +326,9 @@ def test_a_queue_at_its_timeout_sheds_aborts_which_are_not_served() -> None:
         for r in readings
     ]
     result = answer(
-        md, _saturated({"a": 100.0}), now=NOW, gpu_pods=pods, engines=[EngineSeries("a", completed)]
+        md,
+        WorkloadView(series=_saturated({"a": 100.0}), pods=pods, engines=[EngineSeries("a", completed)]),
+        now=NOW,
     )
     assert result.value == pytest.approx(100.0)
 
@@ -337,13 +342,15 @@ def test_gpu_utilization_pinned_at_100_is_uncapped_by_the_engines_demand() -> No
     )
     pods = [GpuPod("a", "n1", ready=True), GpuPod("b", "n2", ready=True)]
     engines = [_serving("a", 9.0, 5.0), _serving("b", 9.0, 5.0)]
-    result = answer(md, _saturated({"a": 100.0, "b": 100.0}), now=NOW, gpu_pods=pods, engines=engines)
+    result = answer(
+        md, WorkloadView(series=_saturated({"a": 100.0, "b": 100.0}), pods=pods, engines=engines), now=NOW
+    )
     assert result.aggregate == pytest.approx(100.0)
     assert result.value == pytest.approx(360.0, rel=0.01)
     assert math.ceil(result.value / 70) == 6
     assert result.decided.startswith("uncapped by the engines' demand (x1.80")
     # the same pods without engine signals: the utilization as measured, capped
-    plain = answer(md, _saturated({"a": 100.0, "b": 100.0}), now=NOW, gpu_pods=pods)
+    plain = answer(md, WorkloadView(series=_saturated({"a": 100.0, "b": 100.0}), pods=pods), now=NOW)
     assert plain.value == pytest.approx(200.0) and plain.decided == ""
 
 
@@ -363,7 +370,7 @@ def test_the_engines_never_lower_the_utilization_nor_move_it_within_the_toleranc
     )
     pods = [GpuPod("a", "n1", ready=True)]
     engines = [_serving("a", arrivals, served)]
-    result = answer(md, _saturated({"a": 90.0}), now=NOW, gpu_pods=pods, engines=engines)
+    result = answer(md, WorkloadView(series=_saturated({"a": 90.0}), pods=pods, engines=engines), now=NOW)
     assert result.value == pytest.approx(90.0) and result.decided == ""
 
 
@@ -385,9 +392,9 @@ def test_uncapping_needs_every_counted_pods_engine() -> None:
     failed = EngineSeries("b", _serving("b", 9.0, 5.0).samples, missing="connect_error")
     series = _saturated({"a": 100.0, "b": 100.0})
     for b in (no_counter, failed):
-        result = answer(md, series, now=NOW, gpu_pods=pods, engines=[a, b])
+        result = answer(md, WorkloadView(series=series, pods=pods, engines=[a, b]), now=NOW)
         assert result.value == pytest.approx(200.0) and result.decided == ""
-    result = answer(md, series, now=NOW, gpu_pods=pods, engines=[a])
+    result = answer(md, WorkloadView(series=series, pods=pods, engines=[a]), now=NOW)
     assert result.value == pytest.approx(200.0)
 
 
@@ -398,12 +405,16 @@ def test_engine_demand_off_leaves_the_utilization_as_measured() -> None:
         md = parse_metadata(
             {"metric": "gpu_utilization", "aggregation": "avg", "targetValue": "70", "window": "10", **extra}
         )
-        result = answer(md, _saturated({"a": 100.0, "b": 100.0}), now=NOW, gpu_pods=pods, engines=engines)
+        result = answer(
+            md, WorkloadView(series=_saturated({"a": 100.0, "b": 100.0}), pods=pods, engines=engines), now=NOW
+        )
         assert result.value == pytest.approx(value, rel=0.01), extra
     # batch-inference keeps its GPUs saturated on sustained load: it does not follow the engines' backlog
     batch = parse_metadata({"profile": "batch-inference"})
     assert batch.engine_demand == "off"
-    result = answer(batch, _saturated({"a": 100.0, "b": 100.0}), now=NOW, gpu_pods=pods, engines=engines)
+    result = answer(
+        batch, WorkloadView(series=_saturated({"a": 100.0, "b": 100.0}), pods=pods, engines=engines), now=NOW
+    )
     assert result.value == pytest.approx(200.0)
 
 
@@ -463,7 +474,9 @@ def test_aborts_at_normal_load_do_not_uncap_a_gpu_that_keeps_up() -> None:
     ]
     pods = [GpuPod("a", "n1", ready=True)]
     result = answer(
-        md, _saturated({"a": 50.0}), now=NOW, gpu_pods=pods, engines=[EngineSeries("a", readings)]
+        md,
+        WorkloadView(series=_saturated({"a": 50.0}), pods=pods, engines=[EngineSeries("a", readings)]),
+        now=NOW,
     )
     assert result.value == pytest.approx(50.0) and result.decided == ""
 
@@ -503,10 +516,12 @@ def test_a_served_rate_never_scales_down_while_requests_wait() -> None:
         return EngineSeries(pod, readings)
 
     held = answer(
-        md, [], now=NOW, gpu_pods=pods, engines=[standing("a", 150), standing("b", 150)], replicas=8
+        md, WorkloadView(pods=pods, engines=[standing("a", 150), standing("b", 150)], replicas=8), now=NOW
     )
     assert (held.value, held.decided) == (pytest.approx(40.0), "backlog hold")
-    empty = answer(md, [], now=NOW, gpu_pods=pods, engines=[standing("a", 0), standing("b", 0)], replicas=8)
+    empty = answer(
+        md, WorkloadView(pods=pods, engines=[standing("a", 0), standing("b", 0)], replicas=8), now=NOW
+    )
     assert empty.value == pytest.approx(10.0) and math.ceil(empty.value / 5) == 2
 
 
@@ -533,9 +548,9 @@ def test_request_rate_sees_through_a_shedding_queue_by_littles_law() -> None:
         return EngineSeries("a", readings)
 
     pods = [GpuPod("a", "n", ready=True)]
-    seen = answer(md, [], now=NOW, gpu_pods=pods, engines=[shedding(True)], replicas=1)
+    seen = answer(md, WorkloadView(pods=pods, engines=[shedding(True)], replicas=1), now=NOW)
     assert seen.value == pytest.approx(30.0)
-    blind = answer(md, [], now=NOW, gpu_pods=pods, engines=[shedding(False)], replicas=1)
+    blind = answer(md, WorkloadView(pods=pods, engines=[shedding(False)], replicas=1), now=NOW)
     assert blind.value == pytest.approx(8.0)
 
 
@@ -561,6 +576,6 @@ def test_littles_law_is_not_used_where_the_counters_are_right() -> None:
         for k in range(30, -1, -1)
     ]
     result = answer(
-        md, [], now=NOW, gpu_pods=[GpuPod("a", "n", ready=True)], engines=[EngineSeries("a", readings)]
+        md, WorkloadView(pods=[GpuPod("a", "n", ready=True)], engines=[EngineSeries("a", readings)]), now=NOW
     )
     assert result.value == pytest.approx(7.5)

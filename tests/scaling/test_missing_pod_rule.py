@@ -11,6 +11,7 @@ from gpuscale.model import BucketCounts, EngineSample, GpuSample, ModelSignals
 from gpuscale.scaling import GpuSeries, parse_metadata
 from gpuscale.scaling.answer import HPA_TOLERANCE, GpuPod, answer
 from gpuscale.scaling.errors import MissingPods
+from gpuscale.scaling.view import WorkloadView
 
 NOW = 1000.0
 MD = parse_metadata({"targetValue": "60", "window": "0", "staleAfter": "30"})
@@ -62,7 +63,7 @@ def test_missing_pods_count_as_the_hpa_counts_pods_without_metrics(
     fresh: dict[str, float], missing: int, value: float, replicas: int
 ) -> None:
     series, pods = fleet(fresh, missing)
-    result = answer(MD, series, now=NOW, gpu_pods=pods)
+    result = answer(MD, WorkloadView(series=series, pods=pods), now=NOW)
     assert result.value == pytest.approx(value)
     assert hpa(result.value, len(pods)) == replicas
     assert result.missing == missing
@@ -73,7 +74,7 @@ def test_missing_pods_count_as_the_hpa_counts_pods_without_metrics(
 
 def test_stale_pods_are_missing_with_their_reason() -> None:
     series, pods = fleet({"a": 70, "b": 70, "c": 70}, 2, stale=True)
-    result = answer(MD, series, now=NOW, gpu_pods=pods)
+    result = answer(MD, WorkloadView(series=series, pods=pods), now=NOW)
     assert result.missing == 2 and result.missing_where == ("n-dark (agent gone: 2 pods)",)
     assert result.value == pytest.approx(300.0)  # 210 with the 2 at 0 is 0.7 of 300: a flip, hold 60 x 5
 
@@ -89,26 +90,26 @@ def test_more_missing_than_max_missing_percent_is_unavailable(
     series, pods = fleet({f"p{i}": 70 for i in range(10 - missing)}, missing)
     if unavailable:
         with pytest.raises(MissingPods) as info:
-            answer(md, series, now=NOW, gpu_pods=pods)
+            answer(md, WorkloadView(series=series, pods=pods), now=NOW)
         assert (
             f"{missing} of 10 GPU pods have no fresh sample (more than maxMissingPercent ({limit} %))"
             in str(info.value)
         )
         assert "n-dark (no device listed:" in str(info.value)
     else:
-        assert answer(md, series, now=NOW, gpu_pods=pods).missing == missing
+        assert answer(md, WorkloadView(series=series, pods=pods), now=NOW).missing == missing
 
 
 def test_no_fresh_pod_is_unavailable_never_zero() -> None:
     series, pods = fleet({}, 3, stale=True)
     with pytest.raises(MissingPods, match="3 of 3 GPU pods have no fresh sample \\(none is fresh\\)"):
-        answer(MD, series, now=NOW, gpu_pods=pods)
+        answer(MD, WorkloadView(series=series, pods=pods), now=NOW)
 
 
 def test_pods_of_a_forgotten_node_are_missing() -> None:
     series, pods = fleet({"a": 70}, 0)
     pods.append(GpuPod("b", "n-gone", connected=False, forgotten=True))
-    result = answer(MD, series, now=NOW, gpu_pods=pods)
+    result = answer(MD, WorkloadView(series=series, pods=pods), now=NOW)
     assert result.missing_where == ("n-gone (node forgotten: 1 pod)",)
 
 
@@ -129,8 +130,12 @@ def test_a_stuck_engine_is_missing_for_latency_never_a_zero() -> None:
     stuck = [_engine(80, (5, 9, 10), NOW - 20 + i) for i in range(20)]  # the histogram never moves
     idle = [_engine(0, (5, 9, 10), NOW - 20 + i) for i in range(20)]
     with pytest.raises(MissingPods):
-        answer(md, [], now=NOW, gpu_pods=[GpuPod("stuck", "n1")], engines=[EngineSeries("stuck", stuck)])
-    result = answer(md, [], now=NOW, gpu_pods=[GpuPod("idle", "n1")], engines=[EngineSeries("idle", idle)])
+        answer(
+            md, WorkloadView(pods=[GpuPod("stuck", "n1")], engines=[EngineSeries("stuck", stuck)]), now=NOW
+        )
+    result = answer(
+        md, WorkloadView(pods=[GpuPod("idle", "n1")], engines=[EngineSeries("idle", idle)]), now=NOW
+    )
     assert (result.value, result.active) == (0.0, False)
 
 
@@ -142,7 +147,9 @@ def test_a_rate_over_a_window_at_or_below_the_sampling_interval_takes_the_newest
 
     md = parse_metadata({"metric": "generation_tokens_per_second", "targetValue": "100", "window": window})
     readings = [_engine(0, (0, 0, 0), NOW - 10.3 + i, tokens=100.0 * i) for i in range(10)]  # 100 tokens/s
-    result = answer(md, [], now=NOW, gpu_pods=[GpuPod("p", "n1")], engines=[EngineSeries("p", readings)])
+    result = answer(
+        md, WorkloadView(pods=[GpuPod("p", "n1")], engines=[EngineSeries("p", readings)]), now=NOW
+    )
     assert result.value == pytest.approx(100.0)
 
 
@@ -150,6 +157,8 @@ def test_a_held_answer_holds_the_targets_replicas_pending_pods_too() -> None:
     """10 replicas, 8 Running (2 Pending), at 70 of a target of 60; 4 of the Running missing: the held answer
     is 60 x 10, from which the HPA (dividing by status.replicas) keeps 10, never 8."""
     series, pods = fleet({f"p{i}": 70 for i in range(4)}, 4)
-    result = answer(MD, series, now=NOW, gpu_pods=pods, replicas=10)
+    result = answer(MD, WorkloadView(series=series, pods=pods, replicas=10), now=NOW)
     assert result.value == pytest.approx(600.0) and hpa(result.value, 10) == 10
-    assert answer(MD, series, now=NOW, gpu_pods=pods).value == pytest.approx(480.0)  # replicas unknown
+    assert answer(MD, WorkloadView(series=series, pods=pods), now=NOW).value == pytest.approx(
+        480.0
+    )  # replicas unknown

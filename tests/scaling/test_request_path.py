@@ -11,7 +11,7 @@ import pytest
 
 from gpuscale.model import EngineSample, ModelSignals
 from gpuscale.scaling import TriggerMetadata, parse_metadata
-from gpuscale.scaling.answer import GpuPod, answer, replica_rate
+from gpuscale.scaling.answer import GpuPod, answer
 from gpuscale.scaling.capacity import Capacities, saturated_rate
 from gpuscale.scaling.engine import EngineSeries
 from gpuscale.scaling.errors import MetadataError, MissingPods, RequestPathMissing
@@ -23,6 +23,8 @@ from gpuscale.scaling.requestpath import (
     demand,
     parse_ref,
 )
+from gpuscale.scaling.signals import replica_rate
+from gpuscale.scaling.view import WorkloadView
 
 NOW = 10_000.0
 GATEWAY = {"requestPath": "gateway:9090", "requestPathFormat": "envoy"}
@@ -138,21 +140,21 @@ def test_bad_request_path_metadata_names_the_key_the_value_and_what_is_allowed()
 # ----- the answer -----------------------------------------------------------------------------------------
 def test_at_zero_replicas_the_first_answer_asks_for_the_demands_replicas_not_one() -> None:
     """30 requests/s arriving and 60 held at the gateway, none Ready: ceil((30 + 60/60) / 4) = 8 replicas."""
-    result = answer(md_of(), [], now=NOW, request_path=path(30.0, held=60.0))
+    result = answer(md_of(), WorkloadView(request_path=path(30.0, held=60.0)), now=NOW)
     assert result.active
     assert math.ceil(result.value / 4 - 1e-9) == 8
     assert result.decided.startswith("request path 31.0 req/s")
 
 
 def test_at_zero_with_nothing_arriving_the_answer_is_zero_and_inactive() -> None:
-    result = answer(md_of(), [], now=NOW, request_path=path(0.0))
+    result = answer(md_of(), WorkloadView(request_path=path(0.0)), now=NOW)
     assert result.value == 0 and not result.active
 
 
 def test_at_zero_a_missing_source_is_an_error_never_a_zero() -> None:
     source = RequestPath((), missing="endpoint 10.0.0.7:9090: connection refused", source="Service ai/gw")
     with pytest.raises(RequestPathMissing) as e:
-        answer(md_of(), [], now=NOW, request_path=source, workload="ScaledObject ai/qwen")
+        answer(md_of(), WorkloadView(request_path=source, name="ScaledObject ai/qwen"), now=NOW)
     assert str(e.value) == (
         "ScaledObject ai/qwen: no pod is Ready and the request path (Service ai/gw) has no reading: endpoint "
         "10.0.0.7:9090: connection refused; KEDA keeps the replicas or applies its fallback"
@@ -161,12 +163,12 @@ def test_at_zero_a_missing_source_is_an_error_never_a_zero() -> None:
 
 def test_while_every_pod_loads_the_answer_is_the_demand_never_below_the_pods_coming() -> None:
     loading = [GpuPod("a", "n1", ready=False), GpuPod("b", "n2", ready=False)]
-    more = answer(md_of(), [], now=NOW, gpu_pods=loading, replicas=2, request_path=path(30.0))
+    more = answer(md_of(), WorkloadView(pods=loading, replicas=2, request_path=path(30.0)), now=NOW)
     assert math.ceil(more.value / 4 - 1e-9) == 8 and more.active
-    fewer = answer(md_of(), [], now=NOW, gpu_pods=loading, replicas=2, request_path=path(2.0))
+    fewer = answer(md_of(), WorkloadView(pods=loading, replicas=2, request_path=path(2.0)), now=NOW)
     assert fewer.value == pytest.approx(8.0) and fewer.decided == "all pods loading"
     source = RequestPath((), missing="timed out")
-    held = answer(md_of(), [], now=NOW, gpu_pods=loading, replicas=2, request_path=source)
+    held = answer(md_of(), WorkloadView(pods=loading, replicas=2, request_path=source), now=NOW)
     assert held.value == pytest.approx(8.0) and held.active  # loading pods keep the count, as without it
 
 
@@ -190,22 +192,24 @@ def engine(pod: str, served: float, waiting: Callable[[float], float], seconds: 
 def test_where_pods_are_ready_the_answer_is_at_least_what_the_request_path_counts() -> None:
     pods = [GpuPod("a", "n1", ready=True), GpuPod("b", "n2", ready=True)]
     engines = [engine("a", 4.0, lambda t: 0.0), engine("b", 4.0, lambda t: 0.0)]
-    plain = answer(md_of(), [], now=NOW, gpu_pods=pods, engines=engines, request_path=path(8.0))
+    plain = answer(md_of(), WorkloadView(pods=pods, engines=engines, request_path=path(8.0)), now=NOW)
     assert plain.value == pytest.approx(8.0) and plain.decided == ""
-    raised = answer(md_of(), [], now=NOW, gpu_pods=pods, engines=engines, request_path=path(20.0, held=60.0))
+    raised = answer(
+        md_of(), WorkloadView(pods=pods, engines=engines, request_path=path(20.0, held=60.0)), now=NOW
+    )
     assert raised.value == pytest.approx(21.0) and raised.decided.startswith("request path")
     gone = answer(
-        md_of(), [], now=NOW, gpu_pods=pods, engines=engines, request_path=RequestPath((), "refused")
+        md_of(), WorkloadView(pods=pods, engines=engines, request_path=RequestPath((), "refused")), now=NOW
     )
     assert gone.value == pytest.approx(8.0)  # the engines speak: a missing source changes nothing
 
 
 def test_a_queue_trigger_without_a_rate_only_wakes_and_with_replica_rate_asks_for_the_demand() -> None:
     queue = {"metric": "queue_length", "targetValue": "5", **GATEWAY}
-    woken = answer(parse_metadata(queue), [], now=NOW, request_path=path(30.0))
+    woken = answer(parse_metadata(queue), WorkloadView(request_path=path(30.0)), now=NOW)
     assert woken.value == pytest.approx(5.0) and woken.active  # one replica: nothing to divide by
     md = parse_metadata({**queue, "replicaRate": "6"})
-    asked = answer(md, [], now=NOW, request_path=path(30.0))
+    asked = answer(md, WorkloadView(request_path=path(30.0)), now=NOW)
     assert math.ceil(asked.value / 5 - 1e-9) == 5
 
 
@@ -241,12 +245,12 @@ def test_a_replica_that_serves_less_than_assumed_is_asked_for_by_what_it_serves_
         engine("a", 3.0, lambda t: 6.0 * (t - NOW + 60)),
         engine("b", 3.0, lambda t: 6.0 * (t - NOW + 60)),
     ]
-    assumed = answer(md, [], now=NOW, gpu_pods=pods, engines=engines)
+    assumed = answer(md, WorkloadView(pods=pods, engines=engines), now=NOW)
     assert math.ceil(assumed.value / 4 - 1e-9) == 5
-    learned = answer(md, [], now=NOW, gpu_pods=pods, engines=engines, capacity=3.0)
+    learned = answer(md, WorkloadView(pods=pods, engines=engines, capacity=3.0), now=NOW)
     assert math.ceil(learned.value / 4 - 1e-9) == 6 and learned.decided == "capacity 3.00 req/s"
     draining = [engine("a", 3.0, lambda t: 600 - 6.0 * (t - NOW + 60)), engine("b", 3.0, lambda t: 0.0)]
-    held = answer(md, [], now=NOW, gpu_pods=pods, engines=draining, capacity=3.0)
+    held = answer(md, WorkloadView(pods=pods, engines=draining, capacity=3.0), now=NOW)
     assert held.decided != "capacity 3.00 req/s"  # the queue does not grow: the demand's answer stands
 
 
@@ -283,13 +287,17 @@ def test_pods_whose_engines_are_unread_hold_the_count_and_the_request_path_still
     pods = [GpuPod("a", "n1", ready=True), GpuPod("b", "n2", ready=True)]
     unread = [EngineSeries("a", (), "connect_error"), EngineSeries("b", (), "connect_error")]
     with pytest.raises(MissingPods):
-        answer(md_of(), [], now=NOW, gpu_pods=pods, engines=unread)
-    up = answer(md_of(), [], now=NOW, gpu_pods=pods, engines=unread, request_path=path(30.0))
+        answer(md_of(), WorkloadView(pods=pods, engines=unread), now=NOW)
+    up = answer(md_of(), WorkloadView(pods=pods, engines=unread, request_path=path(30.0)), now=NOW)
     assert math.ceil(up.value / 4 - 1e-9) == 8 and up.active and up.missing == 2
-    held = answer(md_of(), [], now=NOW, gpu_pods=pods, engines=unread, replicas=3, request_path=path(1.0))
+    held = answer(
+        md_of(), WorkloadView(pods=pods, engines=unread, replicas=3, request_path=path(1.0)), now=NOW
+    )
     assert math.ceil(held.value / 4 - 1e-9) == 3
     with pytest.raises(MissingPods):
-        answer(md_of(), [], now=NOW, gpu_pods=pods, engines=unread, request_path=RequestPath((), "refused"))
+        answer(
+            md_of(), WorkloadView(pods=pods, engines=unread, request_path=RequestPath((), "refused")), now=NOW
+        )
 
 
 def test_where_pods_are_ready_the_workload_stays_active_while_requests_arrive() -> None:
@@ -298,11 +306,11 @@ def test_where_pods_are_ready_the_workload_stays_active_while_requests_arrive() 
     queue = parse_metadata({"metric": "queue_length", "targetValue": "5", **GATEWAY})
     pods = [GpuPod("a", "n1", ready=True)]
     engines = [engine("a", 8.0, lambda t: 0.0)]
-    alone = answer(queue, [], now=NOW, gpu_pods=pods, engines=engines)
+    alone = answer(queue, WorkloadView(pods=pods, engines=engines), now=NOW)
     assert not alone.active
-    served = answer(queue, [], now=NOW, gpu_pods=pods, engines=engines, request_path=path(8.0))
+    served = answer(queue, WorkloadView(pods=pods, engines=engines, request_path=path(8.0)), now=NOW)
     assert served.active and served.value == alone.value
-    idle = answer(queue, [], now=NOW, gpu_pods=pods, engines=engines, request_path=path(0.0))
+    idle = answer(queue, WorkloadView(pods=pods, engines=engines, request_path=path(0.0)), now=NOW)
     assert not idle.active
 
 
@@ -314,10 +322,10 @@ def test_a_target_as_a_share_of_what_a_replica_serves() -> None:
     assert (md.target_value, md.target_share, md.replica_rate) == (80.0, True, 5.0)
     pods = [GpuPod("a", "n1", ready=True), GpuPod("b", "n2", ready=True)]
     engines = [engine("a", 9.0, lambda t: 0.0), engine("b", 9.0, lambda t: 0.0)]
-    assumed = answer(md, [], now=NOW, gpu_pods=pods, engines=engines)
+    assumed = answer(md, WorkloadView(pods=pods, engines=engines), now=NOW)
     assert assumed.value == pytest.approx(100 * 18 / 5)
     assert math.ceil(assumed.value / 80 - 1e-9) == 5
-    learned = answer(md, [], now=NOW, gpu_pods=pods, engines=engines, capacity=3.0)
+    learned = answer(md, WorkloadView(pods=pods, engines=engines, capacity=3.0), now=NOW)
     assert math.ceil(learned.value / 80 - 1e-9) == 8
 
 
@@ -356,12 +364,12 @@ def test_pending_replicas_and_loading_pods_are_never_answered_away() -> None:
     """Five replicas asked for, none on a GPU node yet (Pending: no GPU pod), the demand down to 1 request/s:
     the answer holds the five. Two loading pods and one missing, the replica count not known: the missing-pod
     answer counts the loading ones too."""
-    pending = answer(md_of(), [], now=NOW, replicas=5, request_path=path(1.0))
+    pending = answer(md_of(), WorkloadView(replicas=5, request_path=path(1.0)), now=NOW)
     assert math.ceil(pending.value / 4 - 1e-9) == 5 and pending.active
     pods = [
         GpuPod("a", "n1", ready=False),
         GpuPod("b", "n1", ready=False),
         GpuPod("c", "n2", connected=False),
     ]
-    gone = answer(md_of(), [], now=NOW, gpu_pods=pods, request_path=path(1.0))
+    gone = answer(md_of(), WorkloadView(pods=pods, request_path=path(1.0)), now=NOW)
     assert math.ceil(gone.value / 4 - 1e-9) >= 3

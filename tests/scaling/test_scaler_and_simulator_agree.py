@@ -3,26 +3,23 @@ agents' Watch messages, over real gRPC on loopback) and by the simulator (its sc
 its engine makes of the samples it holds): the same values and the same activity, or UNAVAILABLE for both.
 
 The simulator imports no copy of the trigger rules (``gpuscale.scaling`` decides for both), so this holds by
-construction; the test keeps it so when either side changes how it feeds the core."""
+construction; the test keeps it so when either side changes how it feeds the core. Every other metric, the
+engines, loading, deleted and missing pods, the learned cold start:
+``test_scaler_and_simulator_agree_engines`` (built by ``_agree`` and ``_agree_scaler``)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import grpc
-import grpc.aio
 import pytest
 
 from gpuscale._proto import agent_pb2
-from gpuscale._proto import externalscaler_pb2 as pb
-from gpuscale._proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.model import GpuSample
-from gpuscale.scaler.service import ExternalScalerService, add_external_scaler
 from gpuscale.scaler.state import ClusterState
-from gpuscale.sim import parse_scenario
-from gpuscale.sim.engine import gpuscale_reading, gpuscale_series
+from gpuscale.sim.scaler import gpuscale_reading, gpuscale_series
+from tests.scaling._agree import NOW, NS, trigger
+from tests.scaling._agree_scaler import Served, ask, reset, serve
 
-NOW = 1_000_000.5
 # A GPU state: per pod, its GPU's samples as (age in seconds, utilization); None: the pod runs on a GPU node
 # but no GPU is attributed to it.
 State = dict[str, list[tuple[float, float]] | None]
@@ -61,38 +58,20 @@ def _state(state: State) -> ClusterState:
         kind=agent_pb2.NodeUpdate.SNAPSHOT, node_name="node-1", agent_id="a1", interval_seconds=1.0
     )
     for pod, samples in state.items():
-        update.pods.add(namespace="ml", name=pod, uid=pod, labels={"app": "llm"}, wants_gpu=True)
+        update.pods.add(namespace=NS, name=pod, uid=pod, labels={"app": "llm"}, wants_gpu=True)
         if samples is None:
             continue
         gpu = update.gpus.add(device=agent_pb2.Device(uuid=f"GPU-{pod}", name="H100"))
         for age, util in sorted(samples, reverse=True):
             gpu.samples.add(timestamp=NOW - age, gpu_utilization=util)
         gpu.attributions.add(
-            namespace="ml", pod=pod, container="main", resource_name="nvidia.com/gpu", device_id=f"GPU-{pod}"
+            namespace=NS, pod=pod, container="main", resource_name="nvidia.com/gpu", device_id=f"GPU-{pod}"
         )
     cluster.apply(update)
     return cluster
 
 
 def _simulator(metadata: dict[str, str], state: State) -> tuple[float | None, bool]:
-    fields = ", ".join(f'{k}: "{v}"' for k, v in {"scalerAddress": "s:1", **metadata}.items())
-    scenario = parse_scenario(
-        f"""
-name: agree
-durationSeconds: 10
-workload: {{capacityPerReplica: 10}}
-demand: {{shape: constant, value: 1}}
-policies:
-  - name: g
-    scaledObject:
-      apiVersion: keda.sh/v1alpha1
-      kind: ScaledObject
-      spec:
-        scaleTargetRef: {{name: llm}}
-        triggers: [{{type: external, metadata: {{{fields}}}}}]
-"""
-    )
-    (trigger,) = scenario.policies[0].scaled_object.triggers  # type: ignore[union-attr]
     history = {
         pod: [
             GpuSample(f"GPU-{pod}", NOW - age, gpu_utilization=u) for age, u in sorted(samples, reverse=True)
@@ -102,45 +81,23 @@ policies:
     }
     # the engine's series hold the Running pods with samples: a pod without an attributed GPU is one the
     # simulator never has (its pods always hold their GPU), so that state is the scaler's alone
-    return gpuscale_reading(trigger, gpuscale_series(history, NOW), NOW)
+    return gpuscale_reading(trigger(metadata), gpuscale_series(history, NOW), NOW)
 
 
 @pytest.fixture(scope="module")
-async def served() -> AsyncIterator[tuple[ExternalScalerService, pb_grpc.ExternalScalerStub]]:
-    service = ExternalScalerService(ClusterState(), clock=lambda: NOW)
-    server = grpc.aio.server()
-    add_external_scaler(server, service)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    yield service, pb_grpc.ExternalScalerStub(channel)
-    await channel.close()
-    await server.stop(None)
+async def served() -> AsyncIterator[Served]:
+    async with serve() as s:
+        yield s
 
 
-async def _scaler(
-    served: tuple[ExternalScalerService, pb_grpc.ExternalScalerStub], metadata: dict[str, str], state: State
-) -> tuple[float | None, bool]:
-    service, stub = served
-    service.source = _state(state)
-    ref = pb.ScaledObjectRef(
-        name="llm", namespace="ml", scalerMetadata={**metadata, "podSelector": "app=llm"}
-    )
-    try:
-        value = await stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=ref))
-        active = await stub.IsActive(ref)
-    except grpc.aio.AioRpcError as e:
-        assert e.code() is grpc.StatusCode.UNAVAILABLE, e.details()
-        return None, False
-    assert value.metricValues[0].metricValueFloat == pytest.approx(value.metricValues[0].metricValue, abs=1)
-    return value.metricValues[0].metricValueFloat, active.result
+async def _scaler(served: Served, metadata: dict[str, str], state: State) -> tuple[float | None, bool]:
+    reset(served, _state(state))
+    return await ask(served, metadata)
 
 
 @pytest.mark.parametrize("state", STATES, ids=list(STATES))
 @pytest.mark.parametrize("trigger", TRIGGERS, ids=list(TRIGGERS))
-async def test_the_scaler_and_the_simulator_answer_alike(
-    served: tuple[ExternalScalerService, pb_grpc.ExternalScalerStub], trigger: str, state: str
-) -> None:
+async def test_the_scaler_and_the_simulator_answer_alike(served: Served, trigger: str, state: str) -> None:
     metadata, gpus = TRIGGERS[trigger], STATES[state]
     scaler = await _scaler(served, metadata, gpus)
     if any(s is None for s in gpus.values()):
@@ -149,9 +106,7 @@ async def test_the_scaler_and_the_simulator_answer_alike(
     assert _simulator(metadata, gpus) == scaler
 
 
-async def test_the_table_covers_values_activity_and_unavailable(
-    served: tuple[ExternalScalerService, pb_grpc.ExternalScalerStub],
-) -> None:
+async def test_the_table_covers_values_activity_and_unavailable(served: Served) -> None:
     """The table is not vacuous: it holds active and inactive answers, non-zero values and UNAVAILABLE."""
     answers = [await _scaler(served, m, s) for m in TRIGGERS.values() for s in STATES.values()]
     assert {a[1] for a in answers} == {True, False}

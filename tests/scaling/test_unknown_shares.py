@@ -11,6 +11,7 @@ from gpuscale.scaling.aggregate import GpuSeries, extractor
 from gpuscale.scaling.answer import GpuPod, answer
 from gpuscale.scaling.errors import MissingPods
 from gpuscale.scaling.metadata import parse_metadata
+from gpuscale.scaling.view import WorkloadView
 
 NOW = 1_000_000.0
 BUSY = GpuSample(
@@ -51,10 +52,10 @@ def test_two_pods_time_slicing_a_gpu_whose_processes_no_cgroup_tells_are_missing
     series = [GpuSeries("GPU-x", [BUSY], f"ml/p{i}", frozenset(), frozenset()) for i in range(2)]
     pods = [GpuPod(f"ml/p{i}", "node-a") for i in range(2)]
     with pytest.raises(MissingPods) as info:
-        answer(md, series, now=NOW, gpu_pods=pods, workload="ScaledObject ml/so")
+        answer(md, WorkloadView(series=series, pods=pods, name="ScaledObject ml/so"), now=NOW)
     assert str(info.value) == (
         "ScaledObject ml/so: 2 of 2 GPU pods have no fresh sample (none is fresh): node-a (share unknown: "
         "2 pods); KEDA keeps the replicas or applies its fallback"
     )
     whole = parse_metadata({"targetValue": "60", "window": "0"})
-    assert answer(whole, series, now=NOW, gpu_pods=pods).value == 160.0
+    assert answer(whole, WorkloadView(series=series, pods=pods), now=NOW).value == 160.0

@@ -8,26 +8,23 @@ import math
 import pytest
 
 from gpuscale.sim import Result, ScenarioError, parse_scenario, run_scenario
-from gpuscale.sim.engine import LOADING_ENGINE, engine_series, gpuscale_series
+from gpuscale.sim.scaler import LOADING_ENGINE, engine_series, gpuscale_series
 
-SCENARIO = """
-name: engine
-durationSeconds: 400
-workload: {capacityPerReplica: 5, provisioningSeconds: 0, loadSeconds: 1000, initialReplicas: 2,
-           maxQueueSeconds: 60, requestSeconds: 4}
-demand: {shape: constant, value: 40}
-policies:
-  - name: g
-    pipeline: {gpuscale: {samplingIntervalSeconds: 1}}
-    scaledObject:
-      apiVersion: keda.sh/v1alpha1
-      kind: ScaledObject
-      spec:
-        scaleTargetRef: {name: vllm}
-        minReplicaCount: 1
-        maxReplicaCount: MAX
-        triggers: [{type: external, metadata: {scalerAddress: s:1, metric: METRIC, targetValue: "5"}}]
-"""
+from .scenario_text import GPUSCALE, external, head, policy
+
+SCENARIO = head(
+    name="engine",
+    duration=400,
+    workload="{capacityPerReplica: 5, provisioningSeconds: 0, loadSeconds: 1000, initialReplicas: 2, "
+    "maxQueueSeconds: 60, requestSeconds: 4}",
+    demand="{shape: constant, value: 40}",
+) + policy(
+    external('{scalerAddress: s:1, metric: METRIC, targetValue: "5"}'),
+    name="g",
+    target="vllm",
+    pipeline=GPUSCALE,
+    spec=["minReplicaCount: 1", "maxReplicaCount: MAX"],
+)
 
 
 def _run(metric: str, maximum: int = 2) -> Result:

@@ -10,8 +10,10 @@ import pytest
 import yaml
 
 from gpuscale.sim import ScenarioError, parse_scenario, run_scenario
-from gpuscale.sim.engine import Timeline
 from gpuscale.sim.hpa import ExternalReading, MetricSpec, ScaleTarget, Tolerances, compute_replicas_for_metric
+from gpuscale.sim.policy import Timeline
+
+from .scenario_text import external, head, policy
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
@@ -34,26 +36,17 @@ def test_keda_fallback_from_zero_reaches_fallback_replicas() -> None:
     assert tl.desired[-1] == 3  # and held there: the cooldown never takes it back to zero in fallback
 
 
-FROM_ZERO = """
-name: z
-durationSeconds: 200
-workload: {capacityPerReplica: 5, provisioningSeconds: 0, loadSeconds: 0, initialReplicas: 0}
-demand: {shape: constant, value: 0}
-policies:
-  - name: p
-    faults: [{type: trigger-error, fromSeconds: 60, untilSeconds: 120}]
-    scaledObject:
-      apiVersion: keda.sh/v1alpha1
-      kind: ScaledObject
-      spec:
-        scaleTargetRef: {name: app}
-        pollingInterval: 5
-        cooldownPeriod: 1
-        minReplicaCount: 0
-        maxReplicaCount: 5
-        FALLBACK
-        triggers: [{type: external, metadata: {scalerAddress: s, targetValue: "5"}}]
-"""
+FROM_ZERO = head(
+    name="z",
+    duration=200,
+    workload="{capacityPerReplica: 5, provisioningSeconds: 0, loadSeconds: 0, initialReplicas: 0}",
+    demand="{shape: constant, value: 0}",
+) + policy(
+    external('{scalerAddress: s, targetValue: "5"}'),
+    target="app",
+    keys=["faults: [{type: trigger-error, fromSeconds: 60, untilSeconds: 120}]"],
+    spec=["pollingInterval: 5", "cooldownPeriod: 1", "minReplicaCount: 0", "maxReplicaCount: 5", "FALLBACK"],
+)
 
 
 def test_without_fallback_a_failing_trigger_keeps_the_replicas_and_the_source_coming_back_ends_it() -> None:
@@ -66,23 +59,17 @@ def test_without_fallback_a_failing_trigger_keeps_the_replicas_and_the_source_co
     assert tl.desired[-1] == 0
 
 
-SAMPLES_MISSING = """
-name: dark
-durationSeconds: 400
-workload: {capacityPerReplica: 10, provisioningSeconds: 0, loadSeconds: 0, initialReplicas: 10}
-demand: {shape: constant, value: 70}
-policies:
-  - name: p
-    faults: [{type: samples-missing, pods: 4, fromSeconds: 100}]
-    scaledObject:
-      apiVersion: keda.sh/v1alpha1
-      kind: ScaledObject
-      spec:
-        scaleTargetRef: {name: app}
-        minReplicaCount: 1
-        maxReplicaCount: 20
-        triggers: [{type: external, metadata: {scalerAddress: s, targetValue: "70", window: "5"}}]
-"""
+SAMPLES_MISSING = head(
+    name="dark",
+    duration=400,
+    workload="{capacityPerReplica: 10, provisioningSeconds: 0, loadSeconds: 0, initialReplicas: 10}",
+    demand="{shape: constant, value: 70}",
+) + policy(
+    external('{scalerAddress: s, targetValue: "70", window: "5"}'),
+    target="app",
+    keys=["faults: [{type: samples-missing, pods: 4, fromSeconds: 100}]"],
+    spec=["minReplicaCount: 1", "maxReplicaCount: 20"],
+)
 
 
 def test_samples_missing_is_answered_as_the_scaler_answers_it() -> None:
@@ -116,8 +103,8 @@ def test_llm_step_burst_with_4_of_10_pods_dark_keeps_its_replicas() -> None:
     ]
     assert gpuscale, "llm-step-burst has a gpuscale policy"
     doc["policies"] = [p for p in doc["policies"] if p["name"] in gpuscale]
-    for policy in doc["policies"]:
-        policy["faults"] = [{"type": "samples-missing", "pods": 4, "fromSeconds": start}]
+    for entry in doc["policies"]:
+        entry["faults"] = [{"type": "samples-missing", "pods": 4, "fromSeconds": start}]
     dark = run_scenario(parse_scenario(yaml.safe_dump(doc)))
     for before, after in zip(
         (t for t in plain.timelines if t.policy in gpuscale), dark.timelines, strict=True
@@ -128,22 +115,19 @@ def test_llm_step_burst_with_4_of_10_pods_dark_keeps_its_replicas() -> None:
 
 
 def test_a_terminating_pod_holds_its_gpu_and_no_controller_counts_it() -> None:
-    text = """
-name: t
-durationSeconds: 400
-workload: {capacityPerReplica: 10, provisioningSeconds: 0, loadSeconds: 0, initialReplicas: 4, TERM}
-demand: {shape: constant, value: 10}
-policies:
-  - name: p
-    scaledObject:
-      apiVersion: keda.sh/v1alpha1
-      kind: ScaledObject
-      spec:
-        scaleTargetRef: {name: app}
-        minReplicaCount: 1
-        advanced: {horizontalPodAutoscalerConfig: {behavior: {scaleDown: {stabilizationWindowSeconds: 0}}}}
-        triggers: [{type: external, metadata: {scalerAddress: s, targetValue: "80"}}]
-"""
+    text = head(
+        name="t",
+        duration=400,
+        workload="{capacityPerReplica: 10, provisioningSeconds: 0, loadSeconds: 0, initialReplicas: 4, TERM}",
+        demand="{shape: constant, value: 10}",
+    ) + policy(
+        external('{scalerAddress: s, targetValue: "80"}'),
+        target="app",
+        spec=[
+            "minReplicaCount: 1",
+            "advanced: {horizontalPodAutoscalerConfig: {behavior: {scaleDown: {stabilizationWindowSeconds: 0}}}}",
+        ],
+    )
     plain = _run(text.replace(", TERM", ""))
     slow = _run(text.replace("TERM", "terminationSeconds: 60"))
     assert plain.desired == slow.desired  # the decisions are the same: deleted pods count nowhere
@@ -209,22 +193,11 @@ def test_a_bad_fault_is_named_by_its_path(faults: str, expected: str) -> None:
 
 
 def test_samples_missing_needs_a_gpuscale_trigger() -> None:
-    text = """
-name: s
-durationSeconds: 60
-workload: {capacityPerReplica: 10}
-demand: {shape: constant, value: 5}
-policies:
-  - name: p
-    faults: [{type: samples-missing, pods: 1, fromSeconds: 0}]
-    pipeline: {prometheus: {signal: "avg(gpu_utilization)"}}
-    scaledObject:
-      apiVersion: keda.sh/v1alpha1
-      kind: ScaledObject
-      spec:
-        scaleTargetRef: {name: x}
-        triggers: [{type: prometheus, metadata: {serverAddress: x, query: y, threshold: "70"}}]
-"""
+    text = head() + policy(
+        '[{type: prometheus, metadata: {serverAddress: x, query: y, threshold: "70"}}]',
+        pipeline='{prometheus: {signal: "avg(gpu_utilization)"}}',
+        keys=["faults: [{type: samples-missing, pods: 1, fromSeconds: 0}]"],
+    )
     with pytest.raises(ScenarioError) as info:
         parse_scenario(text)
     assert info.value.problems == (

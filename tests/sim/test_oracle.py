@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gpuscale.sim import Result, ScenarioError, parse_scenario, run_scenario
-from gpuscale.sim.engine import Oracle, oracle_replicas
+from gpuscale.sim.policy import Oracle, oracle_replicas
 from gpuscale.sim.workload import Workload
 
 STEP = """

@@ -42,6 +42,7 @@ from .._proto import externalscaler_pb2 as pb
 from .._proto import externalscaler_pb2_grpc as pb_grpc
 from ..render.behavior import choose
 from ..scaler.wire import scaled_object_ref
+from ..scaling.decisions import Decision
 from ..sim.controller import reconcile
 from ..sim.hpa import (
     Behavior,
@@ -57,7 +58,6 @@ from ..sim.hpa import (
 )
 from ..sim.keda import KedaState, ScaledObjectSpec, TriggerSpec, hpa_for, request_scale
 from ..sim.quantity import keda_milli
-from .output import decision_kind
 
 __all__ = ["ControllerSettings", "ControllerStatus", "DemoController", "ReplicaChange", "hpa_behavior"]
 
@@ -146,6 +146,7 @@ class ReplicaChange:
     decided: str = ""
     path_demand: float = math.nan
     asked: int | None = None
+    decision: str = ""  # which decision that was (``Decision``'s words: "request path"; "" none)
 
 
 @dataclass
@@ -166,6 +167,7 @@ class ControllerStatus:
     last_poll: str = ""
     last_error: str = ""
     decided: str = ""  # how the scaler's last answer was decided ("" the plain value; /explain)
+    decision: str = ""  # which decision that was (its /explain "decision": "request path"; "" none)
     decisions: dict[str, int] = field(default_factory=dict)  # every decision seen, with its count
     # the request path as the scaler's /explain last said it (NaN: none, or not read yet)
     path_demand: float = math.nan  # requests/s: arrivals/s + held / requestPathDrainSeconds
@@ -187,7 +189,7 @@ def _said(change: ReplicaChange, status: ControllerStatus) -> str:
     """What the scaler said of the request path at a replica change, for its line ('' when nothing)."""
     if math.isnan(change.path_demand):
         return ""
-    if change.by == "HPA" and decision_kind(change.decided) == "request path" and change.asked is not None:
+    if change.by == "HPA" and change.decision == Decision.REQUEST_PATH.value and change.asked is not None:
         rate = f" ÷ replicaRate {status.replica_rate:g} req/s" if status.replica_rate else ""
         return f"; the scaler asked for {change.asked} ({change.decided}{rate})"
     if change.old == 0:
@@ -290,10 +292,11 @@ class DemoController:
         st = self.status
         answer = body.get("answer")
         decided = answer.get("decided", "") if isinstance(answer, dict) else ""
+        decision = answer.get("decision") if isinstance(answer, dict) else None
         st.decided = decided if isinstance(decided, str) else ""
-        if st.decided:
-            kind = decision_kind(st.decided)
-            st.decisions[kind] = st.decisions.get(kind, 0) + 1
+        st.decision = decision if isinstance(decision, str) else ""
+        if st.decision:
+            st.decisions[st.decision] = st.decisions.get(st.decision, 0) + 1
         path = body.get("requestPath")
         if isinstance(path, dict):
             st.path_demand, st.path_rate, st.path_held = (
@@ -347,7 +350,11 @@ class DemoController:
         await self._api("PATCH", self._scale_path, {"spec": {"replicas": replicas}})
         st = self.status
         old, st.spec_replicas = st.spec_replicas, replicas
-        st.record(ReplicaChange(self.clock(), old, replicas, by, why, st.decided, st.path_demand, asked))
+        st.record(
+            ReplicaChange(
+                self.clock(), old, replicas, by, why, st.decided, st.path_demand, asked, decision=st.decision
+            )
+        )
         log.debug("replicas %d -> %d: %s: %s", old, replicas, by, why)
 
     # ----- the loops

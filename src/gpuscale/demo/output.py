@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DECISION_MARKERS", "Row", "decision_kind", "plot_timeline", "timeline_figure", "write_timeline"]
+from ..scaling.decisions import Decision
+
+__all__ = ["DECISION_MARKERS", "Row", "plot_timeline", "timeline_figure", "write_timeline"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class Row:
     vllm_running: float = math.nan
     vllm_outstanding: float = math.nan
     vllm_success: float = math.nan
+    decision: str = ""  # which decision that was (``Decision``'s words: "ahead", "request path"; "" none)
 
     @property
     def served(self) -> float:
@@ -86,6 +89,7 @@ def write_timeline(rows: Sequence[Row], gpu_labels: Sequence[str], path: Path) -
                 "stream_active",
                 "queue_waiting",
                 "scaler_decided",
+                "scaler_decision",
                 "gateway_held",
                 "path_demand_rps",
                 "vllm_pod",
@@ -113,6 +117,7 @@ def write_timeline(rows: Sequence[Row], gpu_labels: Sequence[str], path: Path) -
                     _flag(r.stream_active),
                     _num(r.queue),
                     r.decided,
+                    r.decision,
                     _num(r.held),
                     _num(r.path_demand),
                     r.vllm_pod,
@@ -125,25 +130,15 @@ def write_timeline(rows: Sequence[Row], gpu_labels: Sequence[str], path: Path) -
             )
 
 
-# How the scaler decided an answer (``Row.decided``, from its /explain): the marker the plot gives each kind
+# Which decision shaped an answer (``Row.decision``, from the scaler's /explain): the marker the plot gives it
 DECISION_MARKERS: dict[str, tuple[str, str, str]] = {
-    "ahead": ("^", "C1", "ahead: scaleAhead asked for the demand one cold start ahead"),
-    "KV-cache guard": ("s", "C4", "KV-cache guard: the KV cache's floor held the replicas"),
-    "N-1 guard": ("D", "C5", "N-1 guard"),
-    "all pods loading": ("o", "C6", "all pods loading"),
-    "request path": ("v", "C9", "request path: the gateway's demand over replicaRate"),
+    Decision.AHEAD.value: ("^", "C1", "ahead: scaleAhead asked for the demand one cold start ahead"),
+    Decision.KV_CACHE_GUARD.value: ("s", "C4", "KV-cache guard: the KV cache's floor held the replicas"),
+    Decision.N_MINUS_1_GUARD.value: ("D", "C5", "N-1 guard"),
+    Decision.ALL_PODS_LOADING.value: ("o", "C6", "all pods loading"),
+    Decision.REQUEST_PATH.value: ("v", "C9", "request path: the gateway's demand over replicaRate"),
 }
-_KINDS_WITH_FIGURES = ("ahead", "request path", "capacity")  # "ahead 4 s", "request path 42.0 req/s", …
 _FONT_CACHE_NOTICE = "Matplotlib is building the font cache"
-
-
-def decision_kind(decided: str) -> str:
-    """``"ahead 4 s"`` → ``"ahead"``, ``"request path 42.0 req/s"`` → ``"request path"`` (a decision with
-    its figure → its kind); every other decision is its own kind."""
-    for kind in _KINDS_WITH_FIGURES:
-        if decided == kind or decided.startswith(kind + " "):
-            return kind
-    return decided
 
 
 def _quiet_font_cache(record: logging.LogRecord) -> bool:
@@ -175,10 +170,21 @@ def timeline_figure(rows: Sequence[Row], gpu_labels: Sequence[str], title: str) 
     """The demo's figure (a matplotlib ``Figure``): demand, the GPUs, the scaler's answers with how it decided
     them, the replicas."""
     plt = _import_pyplot()
-    t = [r.t for r in rows]
     fig, (top, middle, scaler, bottom) = plt.subplots(
         4, 1, figsize=(12, 11), sharex=True, height_ratios=(3, 2, 2, 2)
     )
+    _demand_panel(top, rows, title)
+    _gpu_panel(fig, middle, rows, gpu_labels)
+    _scaler_panel(scaler, rows)
+    _replicas_panel(bottom, rows)
+    fig.tight_layout()
+    return fig
+
+
+def _demand_panel(top: Any, rows: Sequence[Row], title: str) -> None:
+    """Demand against Ready capacity, with the share unserved in the title; with engines, the requests
+    waiting in them (and those the gateway holds) on a right axis."""
+    t = [r.t for r in rows]
     demand = [r.demand for r in rows]
     top.fill_between(t, demand, step="post", color="0.85", label="demand", zorder=1)
     top.plot(t, demand, color="black", linewidth=1.2, drawstyle="steps-post", zorder=3)
@@ -203,30 +209,39 @@ def timeline_figure(rows: Sequence[Row], gpu_labels: Sequence[str], title: str) 
     top.grid(True, alpha=0.3)
     top.legend(loc="upper left", fontsize=8, framealpha=0.9)
     if any(not math.isnan(r.queue) for r in rows):
-        target_words = "" if math.isnan(rows[-1].target) else f"; target {rows[-1].target:g} per replica"
-        waiting = top.twinx()
+        _waiting_axis(top, rows)
+
+
+def _waiting_axis(top: Any, rows: Sequence[Row]) -> None:
+    """The engines' waiting requests and the gateway's held ones, on the demand panel's right axis."""
+    t = [r.t for r in rows]
+    target_words = "" if math.isnan(rows[-1].target) else f"; target {rows[-1].target:g} per replica"
+    waiting = top.twinx()
+    waiting.plot(
+        t,
+        [r.queue for r in rows],
+        color="C3",
+        linewidth=1.3,
+        drawstyle="steps-post",
+        label=f"waiting requests (engines' vllm:num_requests_waiting{target_words})",
+    )
+    if any(not math.isnan(r.held) for r in rows):
         waiting.plot(
             t,
-            [r.queue for r in rows],
-            color="C3",
+            [r.held for r in rows],
+            color="C1",
             linewidth=1.3,
+            linestyle="--",
             drawstyle="steps-post",
-            label=f"waiting requests (engines' vllm:num_requests_waiting{target_words})",
+            label="held at the gateway, no pod Ready (envoy_cluster_upstream_rq_pending_active)",
         )
-        if any(not math.isnan(r.held) for r in rows):
-            waiting.plot(
-                t,
-                [r.held for r in rows],
-                color="C1",
-                linewidth=1.3,
-                linestyle="--",
-                drawstyle="steps-post",
-                label="held at the gateway, no pod Ready (envoy_cluster_upstream_rq_pending_active)",
-            )
-        waiting.set_ylabel("waiting requests", color="C3")
-        waiting.set_ylim(bottom=0)
-        waiting.legend(loc="upper right", fontsize=8, framealpha=0.9)
+    waiting.set_ylabel("waiting requests", color="C3")
+    waiting.set_ylim(bottom=0)
+    waiting.legend(loc="upper right", fontsize=8, framealpha=0.9)
 
+
+def _gpu_panel(fig: Any, middle: Any, rows: Sequence[Row], gpu_labels: Sequence[str]) -> None:
+    """A heat map of every GPU's utilization, with its colour bar."""
     grid = [[r.gpu_util[i] for r in rows] for i in range(len(gpu_labels))]
     end = rows[-1].t + 1.0 if rows else 1.0
     image = middle.imshow(
@@ -250,6 +265,10 @@ def timeline_figure(rows: Sequence[Row], gpu_labels: Sequence[str], title: str) 
     bar = fig.colorbar(image, cax=middle.inset_axes((1.005, 0.0, 0.012, 1.0)))
     bar.ax.tick_params(labelsize=7)
 
+
+def _scaler_panel(scaler: Any, rows: Sequence[Row]) -> None:
+    """The scaler's answers over their target, shaded while IsActive, each decision marked by its kind."""
+    t = [r.t for r in rows]
     proposal = [r.value / r.target if r.target > 0 and not math.isnan(r.value) else math.nan for r in rows]
     scaler.plot(
         t,
@@ -259,35 +278,7 @@ def timeline_figure(rows: Sequence[Row], gpu_labels: Sequence[str], title: str) 
         drawstyle="steps-post",
         label="scaler value / target (the HPA asks for its ceil)",
     )
-    for kind, (marker, color, words) in DECISION_MARKERS.items():
-        at = [
-            (r.t, p)
-            for r, p in zip(rows, proposal, strict=True)
-            if r.decided and decision_kind(r.decided) == kind
-        ]
-        if at:
-            scaler.scatter(
-                [x for x, _ in at],
-                [0.0 if math.isnan(y) else y for _, y in at],
-                marker=marker,
-                color=color,
-                s=28,
-                zorder=3,
-                label=words,
-            )
-    others = sorted(
-        {r.decided for r in rows if r.decided and decision_kind(r.decided) not in DECISION_MARKERS}
-    )
-    for decided in others:
-        at = [(r.t, p) for r, p in zip(rows, proposal, strict=True) if r.decided == decided]
-        scaler.scatter(
-            [x for x, _ in at],
-            [0.0 if math.isnan(y) else y for _, y in at],
-            marker="x",
-            s=28,
-            zorder=3,
-            label=decided,
-        )
+    _decision_marks(scaler, rows, proposal)
     active = [1.0 if r.active else 0.0 for r in rows]
     scaler.fill_between(
         t,
@@ -310,6 +301,38 @@ def timeline_figure(rows: Sequence[Row], gpu_labels: Sequence[str], title: str) 
     scaler.grid(True, alpha=0.3)
     scaler.legend(loc="upper left", fontsize=8, ncol=2, framealpha=0.9)
 
+
+def _decision_marks(scaler: Any, rows: Sequence[Row], proposal: Sequence[float]) -> None:
+    """Each answer a decision shaped, at its value / target: the kinds of ``DECISION_MARKERS`` by their
+    marker, every other decision as a cross of its own."""
+    for kind, (marker, color, words) in DECISION_MARKERS.items():
+        at = [(r.t, p) for r, p in zip(rows, proposal, strict=True) if r.decision == kind]
+        if at:
+            scaler.scatter(
+                [x for x, _ in at],
+                [0.0 if math.isnan(y) else y for _, y in at],
+                marker=marker,
+                color=color,
+                s=28,
+                zorder=3,
+                label=words,
+            )
+    others = sorted({r.decision for r in rows if r.decision and r.decision not in DECISION_MARKERS})
+    for decided in others:
+        at = [(r.t, p) for r, p in zip(rows, proposal, strict=True) if r.decision == decided]
+        scaler.scatter(
+            [x for x, _ in at],
+            [0.0 if math.isnan(y) else y for _, y in at],
+            marker="x",
+            s=28,
+            zorder=3,
+            label=decided,
+        )
+
+
+def _replicas_panel(bottom: Any, rows: Sequence[Row]) -> None:
+    """The replicas on their own axis: desired solid, Ready dotted."""
+    t = [r.t for r in rows]
     bottom.plot(
         t, [r.desired for r in rows], color="C0", linewidth=1.6, drawstyle="steps-post", label="desired"
     )
@@ -329,5 +352,3 @@ def timeline_figure(rows: Sequence[Row], gpu_labels: Sequence[str], title: str) 
     bottom.yaxis.get_major_locator().set_params(integer=True)
     bottom.grid(True, alpha=0.3)
     bottom.legend(loc="upper left", fontsize=8, ncol=2, framealpha=0.9)
-    fig.tight_layout()
-    return fig

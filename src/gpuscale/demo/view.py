@@ -11,8 +11,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ..scaling.decisions import Decision
 from .controller import ControllerStatus
-from .output import Row, decision_kind
+from .output import Row
 from .realvllm import RealVllm
 
 __all__ = ["GpuLine", "ViewInfo", "plain_line", "render"]
@@ -96,7 +97,34 @@ def render(
     status: ControllerStatus,
     real: RealVllm | None = None,
 ) -> RenderableType:
-    header = Text.assemble(
+    """The live view of one tick: a header, the GPUs by node, the scaler and replicas, the sparklines of
+    demand and capacity, the latest events and a footer."""
+    said = status.events[-4:] + (real.events[-2:] if real is not None else [])
+    events = Text("\n".join(said) or "no scaling yet", style="grey70")
+    footer = Text(
+        f"KEDA polls every {info.polling_interval} s and the HPA syncs every {info.sync_period} s "
+        f"(upstream 30 s / 15 s), scale-down window {info.scale_down_window} s (upstream 300 s): shortened "
+        f"so a minute shows something.  Ctrl-C stops.  Output: {info.out_dir}",
+        style="grey50",
+    )
+    return Panel(
+        Group(
+            _header(info, row),
+            Text(""),
+            _nodes(gpus),
+            Text(""),
+            _scaler(info, row, status, real),
+            Text(""),
+            _sparklines(info, row, history),
+            Text(""),
+            events,
+            footer,
+        )
+    )
+
+
+def _header(info: ViewInfo, row: Row) -> Text:
+    return Text.assemble(
         ("gpuscale demo", "bold"),
         f"  t = {row.t:4.0f} / {info.duration:.0f} s   pattern ",
         (info.pattern, "bold"),
@@ -104,6 +132,10 @@ def render(
         (row.phase, "bold magenta"),
         f"   profile {info.profile}",
     )
+
+
+def _nodes(gpus: Sequence[GpuLine]) -> Table:
+    """A table per node, side by side: each GPU's utilization and its pod."""
     nodes = Table.grid(padding=(0, 2))
     names = list(dict.fromkeys(g.node for g in gpus))
     tables = []
@@ -114,17 +146,25 @@ def render(
         t.add_column("%", justify="right")
         t.add_column("pod")
         for g in (g for g in gpus if g.node == name):
-            pod = Text("free", style="grey50") if g.pod is None else Text(f"{g.pod} ({g.phase})")
-            if g.phase == "Pending":
-                pod.stylize("yellow")
-            elif g.phase == "Loading":
-                pod.stylize("cyan")
-            if g.real:
-                pod.append(" real vLLM", style="bold magenta")
-            t.add_row(str(g.index), _bar(g.utilization, 14), f"{g.utilization:3.0f}", pod)
+            t.add_row(str(g.index), _bar(g.utilization, 14), f"{g.utilization:3.0f}", _pod_cell(g))
         tables.append(t)
     nodes.add_row(*tables)
+    return nodes
 
+
+def _pod_cell(g: GpuLine) -> Text:
+    pod = Text("free", style="grey50") if g.pod is None else Text(f"{g.pod} ({g.phase})")
+    if g.phase == "Pending":
+        pod.stylize("yellow")
+    elif g.phase == "Loading":
+        pod.stylize("cyan")
+    if g.real:
+        pod.append(" real vLLM", style="bold magenta")
+    return pod
+
+
+def _scaler(info: ViewInfo, row: Row, status: ControllerStatus, real: RealVllm | None) -> Table:
+    """The scaler's answer and how it decided, the replicas and the HPA's last sync, the real vLLM."""
     value = "—" if math.isnan(row.value) else f"{row.value:.1f}"
     ratio = (
         f"  → ceil(value / target) = {math.ceil(row.value / row.target - 1e-9)}"
@@ -160,6 +200,11 @@ def render(
             Text(real.last_error[:60], style="red") if real.last_error else Text(""),
             Text(""),
         )
+    return scaler
+
+
+def _sparklines(info: ViewInfo, row: Row, history: Sequence[Row]) -> Table:
+    """Demand and Ready capacity over the last 48 rows, on one scale."""
     last = list(history)[-48:]
     top = max([r.demand for r in last] + [r.capacity for r in last] + [1.0])
     spark = Table.grid(padding=(0, 1))
@@ -173,22 +218,14 @@ def render(
         Text(sparkline([r.capacity for r in last], top), style="cyan"),
         Text(f"{row.capacity:5.1f} req/s ({info.capacity_per_replica:g} per Ready replica at 100 %)"),
     )
-    said = status.events[-4:] + (real.events[-2:] if real is not None else [])
-    events = Text("\n".join(said) or "no scaling yet", style="grey70")
-    footer = Text(
-        f"KEDA polls every {info.polling_interval} s and the HPA syncs every {info.sync_period} s "
-        f"(upstream 30 s / 15 s), scale-down window {info.scale_down_window} s (upstream 300 s): shortened "
-        f"so a minute shows something.  Ctrl-C stops.  Output: {info.out_dir}",
-        style="grey50",
-    )
-    return Panel(Group(header, Text(""), nodes, Text(""), scaler, Text(""), spark, Text(""), events, footer))
+    return spark
 
 
 def plain_line(row: Row, gpus: Sequence[GpuLine]) -> str:
     value = "-" if math.isnan(row.value) else f"{row.value:.0f}"
     active = {None: "-", True: "active", False: "inactive"}[row.active]
     utils = " ".join(f"{g.node[-1]}{g.index}:{g.utilization:.0f}" for g in gpus)
-    by_path = decision_kind(row.decided) == "request path"  # it says the path's demand itself
+    by_path = row.decision == Decision.REQUEST_PATH.value  # it says the path's demand itself
     return (
         f"t={row.t:4.0f}s {row.phase:<16} demand {row.demand:5.1f} capacity {row.capacity:5.1f} req/s | "
         f"replicas desired {row.desired} ready {row.ready} | scaler {value} (target {row.target:g}/replica) "

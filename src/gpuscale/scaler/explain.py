@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..scaling.aggregate import extractor, smooth
-from ..scaling.keys import ENGINE_METRICS
+from ..scaling.aggregate import Evaluation, gpu_values
+from ..scaling.keys import ENGINE_METRICS, KEYS
+from ..scaling.metadata import TriggerMetadata
+from .source import Query, Selection
 from .status import status_code
 from .wire import ScaledObjectKey
 
@@ -15,6 +17,17 @@ if TYPE_CHECKING:
     from .service import ExternalScalerService
 
 __all__ = ["explain"]
+
+_LEFT_OUT = {
+    "stale": "no sample of the metric newer than staleAfter",
+    "unsupported": "its fresh samples do not report the metric",
+}
+
+
+def _plain(value: object) -> object:
+    """A metadata value as JSON has it: numbers, text and null as they are, selectors and references as
+    their text."""
+    return value if value is None or isinstance(value, str | int | float | bool) else str(value)
 
 
 async def explain(service: ExternalScalerService, key: ScaledObjectKey) -> dict[str, object]:
@@ -26,23 +39,9 @@ async def explain(service: ExternalScalerService, key: ScaledObjectKey) -> dict[
         md = service._parse(key)
         query = await service.query(key, md)
     except Exception as e:
-        out["error"] = {"code": status_code(e).name, "message": str(e)}
+        out["error"] = _error(e)
         return out
-    out["metadata"] = {
-        "metric": md.metric,
-        "aggregation": md.aggregation,
-        "targetValue": md.target_value,
-        "window": md.window,
-        "staleAfter": md.stale_after,
-        "scope": md.scope,
-        "profile": md.profile,
-        "model": md.model,
-        "scaleAhead": md.scale_ahead,
-        "kvCacheGuard": md.kv_cache_guard,
-        "engineDemand": md.engine_demand,
-        "requestPath": None if md.request_path is None else str(md.request_path),
-        "replicaRate": md.replica_rate,
-    }
+    out["metadata"] = {k.name: _plain(getattr(md, k.attr)) for k in KEYS if hasattr(md, k.attr)}
     out["query"] = {
         "scope": query.scope,
         "namespace": query.namespace,
@@ -51,34 +50,59 @@ async def explain(service: ExternalScalerService, key: ScaledObjectKey) -> dict[
     }
     now = service._clock()
     selection = service.source.select(query)
-    gpus: list[dict[str, object]] = []
-    for series in selection.series:
-        gpu: dict[str, object] = {"uuid": series.uuid, "pod": series.pod}
+    out["gpus"] = _gpus(md, selection, now)
+    out["gpuPods"] = _gpu_pods(service, query, selection)
+    name = f"{key.namespace}/{key.name}"
+    if query.scope == "workload":
+        out["coldStartSeconds"] = service.cold_starts.seconds(name)
         if md.metric in ENGINE_METRICS:
-            gpus.append(gpu)
-            continue
-        extract = extractor(md.metric, md.share, series.pids, series.attributed)
-        smoothed = smooth(series.samples, extract, now=now, window=md.window, stale_after=md.stale_after)
-        if smoothed is None:
-            newest = series.samples[-1].timestamp if len(series.samples) else None
-            gpu["leftOut"] = (
-                "no sample of the metric newer than staleAfter"
-                if newest is None or now - newest > md.stale_after
-                else "its fresh samples do not report the metric"
-            )
-            gpu["newestSampleAge"] = None if newest is None else round(now - newest, 3)
+            out["replicaCapacity"] = service.capacities.rate(name)
+    if selection.engines:
+        out["engines"] = [
+            {"pod": e.pod, "readings": len(e.samples), "missing": e.missing} for e in selection.engines
+        ]
+    if md.request_path is not None and query.scope == "workload":
+        out["requestPath"] = _request_path(service, key, md, query, now)
+    try:
+        result = service.evaluate(md, query, key=key)
+    except Exception as e:
+        out["error"] = _error(e)
+        return out
+    out["answer"] = _answer(result)
+    return out
+
+
+def _error(e: Exception) -> dict[str, object]:
+    return {"code": status_code(e).name, "message": str(e)}
+
+
+def _gpus(md: TriggerMetadata, selection: Selection, now: float) -> list[dict[str, object]]:
+    """Each GPU in scope: its smoothed value, samples and newest sample's age, or why it is left out (an
+    engine metric: the GPUs alone, their values are not what it reads)."""
+    if md.metric in ENGINE_METRICS:
+        return [{"uuid": series.uuid, "pod": series.pod} for series in selection.series]
+    gpus: list[dict[str, object]] = []
+    for v in gpu_values(md, selection.series, now=now):
+        gpu: dict[str, object] = {"uuid": v.uuid, "pod": v.pod}
+        if v.smoothed is None:
+            gpu["leftOut"] = _LEFT_OUT[v.left_out or "stale"]
+            gpu["newestSampleAge"] = None if v.newest_age is None else round(v.newest_age, 3)
         else:
-            gpu["value"] = smoothed.value
-            gpu["samples"] = smoothed.samples
-            gpu["newestSampleAge"] = round(smoothed.newest_age, 3)
+            gpu["value"] = v.smoothed.value
+            gpu["samples"] = v.smoothed.samples
+            gpu["newestSampleAge"] = round(v.smoothed.newest_age, 3)
         gpus.append(gpu)
-    out["gpus"] = gpus
+    return gpus
+
+
+def _gpu_pods(service: ExternalScalerService, query: Query, selection: Selection) -> list[dict[str, object]]:
+    """The workload's GPU pods as the answer counts them, each with its node, readiness and cold start."""
     gpu_pods, _ = service._gpu_pods(query, selection)
     starts = {p.pod: p.ready_at - p.scheduled_at for p in selection.started}
     for p in service._listed(query) or ():
         if p.scheduled_at is not None and p.ready_at is not None:
             starts.setdefault(p.name, p.ready_at - p.scheduled_at)
-    out["gpuPods"] = [
+    return [
         {
             "pod": p.name,
             "node": p.node,
@@ -89,28 +113,26 @@ async def explain(service: ExternalScalerService, key: ScaledObjectKey) -> dict[
         }
         for p in gpu_pods
     ]
-    if query.scope == "workload":
-        out["coldStartSeconds"] = service.cold_starts.seconds(f"{key.namespace}/{key.name}")
-        if md.metric in ENGINE_METRICS:
-            out["replicaCapacity"] = service.capacities.rate(f"{key.namespace}/{key.name}")
-    if selection.engines:
-        out["engines"] = [
-            {"pod": e.pod, "readings": len(e.samples), "missing": e.missing} for e in selection.engines
-        ]
-    if md.request_path is not None and query.scope == "workload":
-        try:
-            if service.request_paths is None:
-                service._request_path(key, md, query, now)  # raises: no API
-            assert service.request_paths is not None
-            out["requestPath"] = service.request_paths.describe(key.namespace, md)
-        except Exception as e:
-            out["requestPath"] = {"error": {"code": status_code(e).name, "message": str(e)}}
+
+
+def _request_path(
+    service: ExternalScalerService, key: ScaledObjectKey, md: TriggerMetadata, query: Query, now: float
+) -> dict[str, object]:
+    """What the scaler holds of the trigger's request path, or the error reading it gives."""
     try:
-        result = service.evaluate(md, query, key=key)
+        if service.request_paths is None:
+            service._request_path(key, md, query, now)  # raises: no API
+        assert service.request_paths is not None
+        return service.request_paths.describe(key.namespace, md)
     except Exception as e:
-        out["error"] = {"code": status_code(e).name, "message": str(e)}
-        return out
-    out["answer"] = {
+        return {"error": _error(e)}
+
+
+def _answer(result: Evaluation) -> dict[str, object]:
+    """The answer, with which decision moved it (``scaling.decisions.Decision``: "ahead", "N-1 guard",
+    "request path", ...; null: the plain value), the same with its figures ("ahead 120 s"), and the present
+    value (the newest readings'), when the answer would scale down (where the guards look)."""
+    return {
         "value": result.value,
         "aggregate": result.aggregate,
         "active": result.active,
@@ -119,10 +141,7 @@ async def explain(service: ExternalScalerService, key: ScaledObjectKey) -> dict[
         "missingPods": result.missing,
         "missingWhere": list(result.missing_where),
         "loadingPods": result.loading,
-        # how the decisions moved it (scaling.answer): "ahead 120 s", "N-1 guard", "KV-cache guard",
-        # "all pods loading", "uncapped by the engines' demand (x1.80)", "" (the plain value); and the
-        # present value (the newest readings'), when the answer would scale down (where the guards look)
+        "decision": None if result.decision is None else result.decision.value,
         "decided": result.decided,
         "present": result.present,
     }
-    return out

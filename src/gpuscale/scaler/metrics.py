@@ -6,20 +6,13 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["DECISIONS", "PATH_RESULTS", "ScalerMetrics", "decision_label"]
+from ..scaling.decisions import Decision
 
-# How a decision moved an answer (``Evaluation.decided``, scaling/answer.py) → the ``decision`` label: the
-# text without its figures ("ahead 120 s" → ahead), so the label's values are these few.
-DECISIONS = {
-    "ahead": "ahead",
-    "N-1 guard": "n_minus_1_guard",
-    "KV-cache guard": "kv_cache_guard",
-    "backlog hold": "backlog_hold",
-    "all pods loading": "all_pods_loading",
-    "uncapped by the engines' demand": "uncapped",
-    "request path": "request_path",
-    "capacity": "capacity",
-}
+__all__ = ["DECISIONS", "PATH_RESULTS", "ScalerMetrics"]
+
+# The ``decision`` label's values: one per ``scaling.decisions.Decision`` (its lower-cased name: ahead,
+# n_minus_1_guard, kv_cache_guard, backlog_hold, all_pods_loading, uncapped, capacity, request_path).
+DECISIONS: tuple[str, ...] = tuple(d.label for d in Decision)
 
 # The ``result`` of a request path's read (scaler/pathpoller.py).
 PATH_RESULTS = (
@@ -34,20 +27,30 @@ PATH_RESULTS = (
 )
 
 
-def decision_label(decided: str) -> str:
-    """The ``decision`` label of ``Evaluation.decided`` (``other`` for a text this table lacks)."""
-    for text, label in DECISIONS.items():
-        if decided.startswith(text):
-            return label
-    return "other"
-
-
 _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 3.0)
 
 
 class ScalerMetrics:
+    """The scaler's metrics, registered on ``registry`` in the order /metrics lists them: the calls KEDA
+    makes, the agents followed, each ScaledObject's answers, the request paths read."""
+
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
+        self._children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
+        self._missing_keys: dict[tuple[str, str], None] = {}
+        self._add_call_metrics(registry)
+        self._add_agent_metrics(registry)
+        self._add_scaledobject_metrics(registry)
+        self._add_request_path_metrics(registry)
+        self.agent_reconnects = Counter(
+            "gpuscale_scaler_agent_reconnects",
+            "Agent Watch streams that ended and were retried",
+            ["reason"],
+            registry=registry,
+        )
+
+    def _add_call_metrics(self, registry: CollectorRegistry) -> None:
+        """KEDA's ExternalScaler calls and StreamIsActive streams."""
         self.requests = Counter(
             "gpuscale_scaler_requests",
             "ExternalScaler calls answered, by method and gRPC status code",
@@ -67,6 +70,9 @@ class ScalerMetrics:
             "IsActive messages sent on StreamIsActive streams",
             registry=registry,
         )
+
+    def _add_agent_metrics(self, registry: CollectorRegistry) -> None:
+        """The agents followed and the GPU selections cached."""
         self.agents_connected = Gauge(
             "gpuscale_scaler_agents_connected", "Agents whose Watch stream is open", registry=registry
         )
@@ -84,7 +90,10 @@ class ScalerMetrics:
         self.agent_updates = Counter(
             "gpuscale_scaler_agent_updates", "Watch messages applied from agents", registry=registry
         )
-        self._children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
+
+    def _add_scaledobject_metrics(self, registry: CollectorRegistry) -> None:
+        """Per ScaledObject (bounded by ``_touch``): its last answer, what the scaler learned of its
+        workload, and the decisions that moved its answers."""
         self.missing_pods = Gauge(
             "gpuscale_scaler_missing_pods",
             "GPU pods of a workload without a fresh, attributed sample at its last call (its agent gone, no "
@@ -134,6 +143,9 @@ class ScalerMetrics:
             ["namespace", "scaledobject", "decision"],
             registry=registry,
         )
+
+    def _add_request_path_metrics(self, registry: CollectorRegistry) -> None:
+        """The request paths' reads, per Service, and the demand each ScaledObject's path said."""
         self.request_path_reads = Counter(
             "gpuscale_scaler_request_path_reads",
             "Reads of a request path's endpoints (scaler/pathpoller.py), per Service, by result: ok, "
@@ -147,13 +159,6 @@ class ScalerMetrics:
             "The demand a ScaledObject's request path said at its last evaluation, requests/s (arrivals' "
             "rate plus what it holds over requestPathDrainSeconds); absent while the source is missing",
             ["namespace", "scaledobject"],
-            registry=registry,
-        )
-        self._missing_keys: dict[tuple[str, str], None] = {}
-        self.agent_reconnects = Counter(
-            "gpuscale_scaler_agent_reconnects",
-            "Agent Watch streams that ended and were retried",
-            ["reason"],
             registry=registry,
         )
 
@@ -190,11 +195,11 @@ class ScalerMetrics:
         self._touch(namespace, name)
         self.capacity.labels(namespace, name).set(rate)
 
-    def count_decision(self, namespace: str, name: str, decided: str) -> None:
-        """One ``GetMetrics`` answer moved by the decision ``decided`` (nothing for the plain value: "")."""
-        if decided:
+    def count_decision(self, namespace: str, name: str, decision: Decision | None) -> None:
+        """One ``GetMetrics`` answer moved by ``decision`` (nothing for the plain value: ``None``)."""
+        if decision is not None:
             self._touch(namespace, name)
-            self.decisions.labels(namespace, name, decision_label(decided)).inc()
+            self.decisions.labels(namespace, name, decision.label).inc()
 
     def set_path_demand(self, namespace: str, name: str, demand: float | None) -> None:
         """``gpuscale_scaler_request_path_demand`` of one ScaledObject (``None``: missing, no series)."""
@@ -241,7 +246,7 @@ class ScalerMetrics:
                     gauge.remove(*old)
                 except KeyError:
                     pass
-            for label in (*DECISIONS.values(), "other"):
+            for label in DECISIONS:
                 try:
                     self.decisions.remove(*old, label)
                 except KeyError:

@@ -29,9 +29,7 @@ the stream open; only invalid metadata and permanent lookup failures end it.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar
@@ -42,7 +40,7 @@ import grpc.aio
 from .._proto import externalscaler_pb2 as pb
 from .._proto import externalscaler_pb2_grpc as pb_grpc
 from ..scaling.aggregate import Evaluation
-from ..scaling.answer import GpuPod, answer
+from ..scaling.answer import answer
 from ..scaling.capacity import Capacities, saturated_rate
 from ..scaling.coldstart import ColdStarts
 from ..scaling.errors import MissingPods
@@ -50,6 +48,7 @@ from ..scaling.keys import ENGINE_METRICS
 from ..scaling.metadata import MetadataCache, TriggerMetadata, metric_name, target
 from ..scaling.requestpath import RequestPath, demand
 from ..scaling.selector import LabelSelector, parse_selector
+from ..scaling.view import GpuPod, WorkloadView, learn_cold_starts, merge_listed_pods
 from .errors import MetadataError, SelectorError
 from .explain import explain
 from .metrics import ScalerMetrics
@@ -65,6 +64,7 @@ from .status import (
 )
 from .wire import (
     ScaledObjectKey,
+    check_ref,
     is_active_response,
     metric_spec_response,
     metric_value_response,
@@ -169,7 +169,7 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
                 raise
             if self.metrics is not None and key.name:
                 self.metrics.set_trigger(key.namespace, key.name, 0, target(md), result.value)
-                self.metrics.count_decision(key.namespace, key.name, result.decided)
+                self.metrics.count_decision(key.namespace, key.name, result.decision)
             return metric_value_response(request.metricName or metric_name(md), result.value)
 
         return await self._unary("GetMetrics", context, answer)
@@ -252,7 +252,7 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
             raise MetadataError(
                 ('the ScaledObjectRef has no namespace and parameter "namespace" is not set; give one',)
             )
-        _check_ref(key)
+        check_ref(key)
         selector = md.pod_selector
         if selector is None:
             if self.resolver is None:
@@ -292,19 +292,11 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         now = self._clock()
         path = self._request_path(key, md, query, now)
         capacity = self._capacity(key, md, query, gpu_pods, selection, now)
+        view = WorkloadView(
+            selection.series, gpu_pods, selection.engines, replicas, cold_start, capacity, path, where
+        )
         try:
-            result = answer(
-                md,
-                selection.series,
-                now=now,
-                gpu_pods=gpu_pods,
-                workload=where,
-                engines=selection.engines,
-                replicas=replicas,
-                cold_start=cold_start,
-                request_path=path,
-                capacity=capacity,
-            )
+            result = answer(md, view, now)
         except MissingPods as e:
             self._note_missing(key, md.metric, e.missing, str(e))
             raise
@@ -377,31 +369,9 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         return self.pods.cached(query.namespace or "", str(query.pod_selector or ""))
 
     def _with_api_pods(self, query: Query, known: tuple[GpuPod, ...]) -> tuple[GpuPod, ...]:
-        """The workload's GPU pods: those the Kubernetes API lists Running (the agents' word where they
-        reported them; not reported: missing), and those the agents report that the last list predates.
-        Each pod's readiness is its agent's, or the list's where the agent cannot say (it does not know, or
-        its node's agent is not connected: the list is then the fresher word). Without a list (none yet, or
-        the API failing): the agents' view alone."""
-        assert self.pods is not None
-        listed = self._listed(query)
-        if listed is None:
-            return known
-        by_name = {p.name: p for p in known}
-        names = {p.name for p in listed}
-        out: list[GpuPod] = []
-        for p in listed:
-            reported = by_name.get(p.name)
-            if reported is not None:
-                if (reported.ready is None or not reported.connected) and p.ready is not None:
-                    reported = dataclasses.replace(reported, ready=p.ready)
-                out.append(reported)
-            elif not self.source.follows(p.node):  # its node's agent cannot say: missing
-                out.append(GpuPod(p.name, p.node, connected=False, reported=False, ready=p.ready))
-            # else: a connected agent's live pod watch no longer has it (deleted since the list)
-        # a pod a connected agent reports that the list does not have is newer than the list; one only a
-        # stale or forgotten node's agent last reported, which the API no longer lists Running, is gone
-        out.extend(p for p in known if p.name not in names and p.connected)
-        return tuple(out)
+        """The workload's GPU pods, the agents' merged with the API's last list
+        (``view.merge_listed_pods``)."""
+        return merge_listed_pods(known, self._listed(query), self.source.follows)
 
     def _learn(self, key: ScaledObjectKey | None, query: Query, selection: Selection) -> float | None:
         """Count the cold start of each of the workload's GPU pods seen Ready (by its agent, or in the API's
@@ -414,11 +384,7 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         seen = (selection.started, listed)
         last = self._learned.get(name)
         if last is None or last[0] is not seen[0] or last[1] is not seen[1]:  # new reports: learn from them
-            for s in selection.started:
-                self.cold_starts.observe(name, s.pod, s.scheduled_at, s.ready_at)
-            for p in listed or ():
-                if p.scheduled_at is not None and p.ready_at is not None:
-                    self.cold_starts.observe(name, p.name, p.scheduled_at, p.ready_at)
+            learn_cold_starts(self.cold_starts, name, selection.started, listed or ())
             if len(self._learned) >= _MAX_SELECTORS and name not in self._learned:
                 self._learned.clear()
             self._learned[name] = seen
@@ -488,29 +454,6 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
             await context.abort(code, _details(f"internal error in {method}: {type(e).__name__}: {e}"))
         log.debug("%s: %s: %s", method, code.name, e)
         await context.abort(code, _details(str(e)))
-
-
-# What the API server accepts: a ScaledObject's name is a DNS subdomain, its namespace a DNS label. Anything
-# else never reaches a request path (where it would travel unescaped).
-_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-
-
-def _check_ref(key: ScaledObjectKey) -> None:
-    """``INVALID_ARGUMENT`` for a ScaledObjectRef whose name or namespace no Kubernetes object can have."""
-    problems = []
-    if key.namespace and not _LABEL.match(key.namespace):
-        problems.append(
-            f"the ScaledObjectRef's namespace {key.namespace[:100]!r} is not a Kubernetes namespace name "
-            "(1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit)"
-        )
-    if not key.name or len(key.name) > 253 or not _SUBDOMAIN.match(key.name):
-        problems.append(
-            f"the ScaledObjectRef's name {key.name[:100]!r} is not a Kubernetes object name (at most 253 "
-            "lowercase letters, digits, '-' and '.', starting and ending with a letter or digit)"
-        )
-    if problems:
-        raise MetadataError(tuple(problems))
 
 
 def _details(text: str) -> str:

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..scaling.aggregate import GpuSeries
-from ..scaling.answer import GpuPod
 from ..scaling.engine import EngineSeries
 from ..scaling.profiles import Scope
 from ..scaling.selector import LabelSelector
+from ..scaling.view import GpuPod, PodStart
 
 __all__ = ["ChangeFeed", "GpuSource", "PodStart", "Query", "Selection"]
 
@@ -29,16 +29,6 @@ class Query:
     namespace: str | None = None
     pod_selector: LabelSelector | None = None
     node_selector: LabelSelector | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PodStart:
-    """One of the workload's GPU pods that became Ready, as its agent reports it: ``pod`` (``namespace/name``)
-    was scheduled at ``scheduled_at`` and Ready at ``ready_at`` (Unix seconds): one cold start."""
-
-    pod: str
-    scheduled_at: float
-    ready_at: float
 
 
 @dataclass(frozen=True, slots=True)

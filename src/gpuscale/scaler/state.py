@@ -20,95 +20,21 @@ import asyncio
 import collections
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 
 from .._proto import agent_pb2
-from ..convert import device_from_pb, engine_reading_from_pb, pod_from_pb, sample_row_from_pb
-from ..model import DeviceInfo, EngineSample, PodInfo
+from ..convert import node_update_from_pb
+from ..model import DeviceInfo, GpuRows, NodeUpdate, PodInfo
 from ..scaling.aggregate import GpuSeries
-from ..scaling.answer import LOOKBACK_MAX_S, GpuPod
 from ..scaling.engine import EngineSeries
 from ..scaling.profiles import Scope
-from ..scaling.ring import SampleRing
+from ..scaling.view import GpuPod
+from ._nodes import Departed, EngineRecord, GpuRecord, NodeRecord, NodeStatus, PodKey, engine_series
 from .source import PodStart, Query, Selection
-
-# How long, and how many, deleted pods' engine readings are kept for the forecast's look-back.
-DEPARTED_KEEP_S = LOOKBACK_MAX_S + 30.0
-DEPARTED_MAX = 10_000
 
 __all__ = ["ClusterState", "NodeStatus"]
 
-PodKey = tuple[str, str]  # (namespace, name)
 _HOSTNAME_LABEL = "kubernetes.io/hostname"
 _MAX_CACHED = 8192
-
-
-class _Gpu:
-    __slots__ = ("carried", "device", "error", "node", "owners", "pods", "samples")
-
-    def __init__(self, node: str, device: DeviceInfo, maxlen: int) -> None:
-        self.node = node
-        self.device = device
-        self.samples = SampleRing(device.uuid, maxlen)
-        self.error = ""
-        self.pods: tuple[PodKey, ...] = ()
-        self.owners: dict[int, PodKey] = {}  # pid → pod, from the newest sample
-        self.carried = False  # its holders are a restarted agent's predecessor's, not confirmed yet
-
-    def pids_of(self, pod: PodKey) -> frozenset[int] | None:
-        if self.owners:
-            return frozenset(pid for pid, owner in self.owners.items() if owner == pod)
-        return None if len(self.pods) == 1 else frozenset()
-
-
-class _Engine:
-    """What the scaler holds of one GPU pod's inference engine: recent readings, and the newest failure."""
-
-    __slots__ = ("missing", "node", "readings")
-
-    def __init__(self, node: str, maxlen: int) -> None:
-        self.node = node
-        self.readings: collections.deque[EngineSample] = collections.deque(maxlen=maxlen)
-        self.missing: tuple[str, str, float] | None = None  # (reason, detail, at)
-
-    def take(self, e: agent_pb2.EngineState) -> None:
-        for r in e.readings:
-            self.readings.append(engine_reading_from_pb(r))
-        newest = self.readings[-1].timestamp if self.readings else -1.0
-        if e.missing_reason:
-            self.missing = (e.missing_reason, e.missing_detail, e.missing_at)
-        elif e.readings:
-            self.missing = None
-        if self.missing is not None and self.missing[2] < newest:
-            self.missing = None  # read again since
-
-
-@dataclass(slots=True)
-class _Node:
-    name: str
-    agent_id: str
-    interval: float
-    gpus: dict[str, _Gpu] = field(default_factory=dict)
-    pods: dict[PodKey, PodInfo] = field(default_factory=dict)
-    connected: bool = True
-    last_message: float = 0.0  # monotonic
-    disconnected_at: float = 0.0  # monotonic
-    # a restarted agent whose view is not complete yet: the pods and attributions of its predecessor are kept
-    carried: bool = False
-    # an agent whose view is not complete yet, with no predecessor to carry from: its pods are not known
-    incomplete: bool = False
-    engines_supported: bool = False  # an older agent reads no engines
-    engines: dict[PodKey, _Engine] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class NodeStatus:
-    name: str
-    agent_id: str
-    connected: bool
-    gpus: int
-    pods: int
-    seconds_since_message: float
 
 
 class _Feed:
@@ -136,9 +62,9 @@ class ClusterState:
     def __init__(self, *, history_s: float = 120.0, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.history_s = history_s
         self._monotonic = monotonic
-        self._nodes: dict[str, _Node] = {}
+        self._nodes: dict[str, NodeRecord] = {}
         self._node_labels: dict[str, Mapping[str, str]] = {}
-        self._gpus_by_pod: dict[PodKey, dict[str, _Gpu]] = {}
+        self._gpus_by_pod: dict[PodKey, dict[str, GpuRecord]] = {}
         self._pods_by_ns: dict[str, dict[str, PodInfo]] = {}
         self._pod_nodes: dict[PodKey, set[str]] = {}
         # GPU pods of forgotten nodes, by namespace: name -> (node, pod, monotonic time forgotten). They stay
@@ -147,7 +73,7 @@ class ClusterState:
         self._forgotten: dict[str, dict[str, tuple[str, PodInfo, float]]] = {}
         # pods deleted with engine readings, kept for the scale-ahead forecast's look-back (so a scale-down
         # does not read as a rise): namespace -> pod -> (its info, its readings)
-        self._departed: dict[str, dict[str, tuple[PodInfo, tuple[EngineSample, ...]]]] = {}
+        self._departed = Departed()
         self._ns_version: collections.Counter[str] = collections.Counter()
         self._version = 0  # bumped when a node is replaced, added or forgotten
         self._cache: dict[Query, tuple[int, int, Selection]] = {}
@@ -209,7 +135,7 @@ class ClusterState:
                 where = node.name if node else "?"
                 gpu_pods.append(GpuPod(f"{ns}/{name}", where, connected, ready=info.ready))
                 if node is not None:
-                    engines.append(_engine_series(node, key))
+                    engines.append(engine_series(node, key))
                 if info.scheduled_at is not None and info.ready_at is not None:
                     started.append(PodStart(f"{ns}/{name}", info.scheduled_at, info.ready_at))
             for uuid, gpu in self._gpus_by_pod.get(key, {}).items():
@@ -223,7 +149,7 @@ class ClusterState:
                     )
                 )
         present = self._pods_by_ns.get(ns, {})
-        for name, (info, readings) in self._departed.get(ns, {}).items():
+        for name, (info, readings) in self._departed.of(ns).items():
             if name not in present and (selector is None or selector.matches(info.labels)):
                 engines.append(EngineSeries(f"{ns}/{name}", readings, departed=True))
         for name, (node_name, info, _) in self._forgotten.get(ns, {}).items():
@@ -233,30 +159,6 @@ class ClusterState:
         uuids = frozenset(s.uuid for s in series)
         return Selection(tuple(series), pods, uuids, tuple(gpu_pods), tuple(engines), tuple(started))
 
-    def _depart(self, key: PodKey, info: PodInfo, readings: tuple[EngineSample, ...], now: float) -> None:
-        """Keep a deleted pod's engine readings for ``DEPARTED_KEEP_S`` (Unix ``now``), bounded in number."""
-        ns, name = key
-        self._departed.setdefault(ns, {})[name] = (info, readings)
-        total = 0
-        for space in list(self._departed):
-            kept = {
-                k: v
-                for k, v in self._departed[space].items()
-                if v[1] and v[1][-1].timestamp >= now - DEPARTED_KEEP_S
-            }
-            if kept:
-                self._departed[space] = kept
-                total += len(kept)
-            else:
-                del self._departed[space]
-        if total > DEPARTED_MAX:  # a mass deletion: keep the newest
-            flat = sorted(
-                ((v[1][-1].timestamp, space, k) for space, d in self._departed.items() for k, v in d.items()),
-                reverse=True,
-            )
-            for _, space, k in flat[DEPARTED_MAX:]:
-                del self._departed[space][k]
-
     def _select_pool(self, query: Query) -> Selection:
         selector = query.node_selector
         nodes = [
@@ -265,7 +167,7 @@ class ClusterState:
         return self._select_nodes(nodes)
 
     @staticmethod
-    def _select_nodes(nodes: Iterable[_Node]) -> Selection:
+    def _select_nodes(nodes: Iterable[NodeRecord]) -> Selection:
         series = tuple(GpuSeries(u, g.samples) for n in nodes for u, g in n.gpus.items())
         return Selection(series, 0, frozenset(s.uuid for s in series))
 
@@ -334,11 +236,24 @@ class ClusterState:
 
     # -- writing (the event loop only) -----------------------------------------------------------------
     def apply(self, msg: agent_pb2.NodeUpdate) -> None:
-        """Apply one Watch message. A SNAPSHOT replaces what was known of the node; an UPDATE adds to it (and
-        is ignored unless it continues the snapshot of the same agent process)."""
+        """Apply one Watch message (``read``, then ``apply_update``)."""
+        self.apply_update(self.read(msg))
+
+    def read(self, msg: agent_pb2.NodeUpdate) -> NodeUpdate[GpuRows]:
+        """One Watch message as this state applies it: the devices it holds are not read again."""
+        return node_update_from_pb(msg, self._held_device)
+
+    def _held_device(self, node_name: str, uuid: str) -> DeviceInfo | None:
+        node = self._nodes.get(node_name)
+        gpu = node.gpus.get(uuid) if node is not None else None
+        return gpu.device if gpu is not None else None
+
+    def apply_update(self, msg: NodeUpdate[GpuRows]) -> None:
+        """Apply one Watch message, as ``read`` reads it. A snapshot replaces what was known of the node; an
+        update adds to it (and is ignored unless it continues the snapshot of the same agent process)."""
         self.updates += 1
         node = self._nodes.get(msg.node_name)
-        if msg.kind == agent_pb2.NodeUpdate.SNAPSHOT:
+        if msg.snapshot:
             self._snapshot(msg, node)
         elif node is not None and node.agent_id == msg.agent_id:
             self._update(msg, node)
@@ -389,23 +304,23 @@ class ClusterState:
         """GPU pods of forgotten nodes still counted as missing."""
         return sum(len(v) for v in self._forgotten.values())
 
-    def _snapshot(self, msg: agent_pb2.NodeUpdate, old: _Node | None) -> None:
+    def _snapshot(self, msg: NodeUpdate[GpuRows], old: NodeRecord | None) -> None:
         if old is not None:
             self._unindex_node(old)
         interval = msg.interval_seconds if msg.interval_seconds > 0 else 1.0
-        node = _Node(msg.node_name, msg.agent_id, interval, last_message=self._monotonic())
+        node = NodeRecord(msg.node_name, msg.agent_id, interval, last_message=self._monotonic())
         # An agent that has not read its pods and the kubelet yet (just restarted) says so: keep what its
         # predecessor said of them until it has, so a restart changes no answer.
-        carry = old is not None and msg.HasField("complete") and not msg.complete
+        carry = old is not None and msg.complete is False
         node.carried = carry
         # a carried view is only as complete as the one it carries (an agent restarting twice before it has
         # read its pods carries nothing)
         node.incomplete = (old.incomplete if carry and old is not None else False) or (
-            not carry and msg.HasField("complete") and not msg.complete
+            not carry and msg.complete is False
         )
         maxlen = max(2, int(self.history_s / interval) + 2)
         for g in msg.gpus:
-            gpu = _Gpu(node.name, device_from_pb(g.device), maxlen)
+            gpu = GpuRecord(node.name, g.device, maxlen)
             node.gpus[gpu.device.uuid] = gpu
             self._gpu_state(gpu, g)
             if carry and not gpu.pods:
@@ -413,7 +328,7 @@ class ClusterState:
                 if before is not None and before.pods:
                     gpu.pods, gpu.owners, gpu.carried = before.pods, dict(before.owners), True
             self._index_gpu(gpu)
-        pods = old.pods.values() if carry and old is not None else (pod_from_pb(p) for p in msg.pods)
+        pods = old.pods.values() if carry and old is not None else msg.pods
         for info in pods:
             node.pods[(info.namespace, info.name)] = info
             self._index_pod(node.name, info)
@@ -421,19 +336,19 @@ class ClusterState:
             self._take_labels(node.name, msg.node_labels)
         node.engines_supported = msg.engines_supported
         for e in msg.engines:
-            engine = node.engines[(e.namespace, e.pod)] = _Engine(node.name, maxlen)
+            engine = node.engines[(e.namespace, e.pod)] = EngineRecord(node.name, maxlen)
             engine.take(e)
         self._nodes[node.name] = node
         self._bump_all()
 
-    def _update(self, msg: agent_pb2.NodeUpdate, node: _Node) -> None:
+    def _update(self, msg: NodeUpdate[GpuRows], node: NodeRecord) -> None:
         namespaces: set[str] = set()
         uuids: set[str] = set()
         maxlen = max(2, int(self.history_s / node.interval) + 2)
         added = False
-        if node.incomplete and msg.HasField("complete") and msg.complete:
+        if node.incomplete and msg.complete is True:
             node.incomplete = False
-        if node.carried and msg.HasField("complete") and msg.complete:
+        if node.carried and msg.complete is True:
             node.carried = False  # the new agent's view is whole: from here on its word is the node's
             for held in node.gpus.values():
                 if held.carried:  # the new agent never named a holder: it has none
@@ -446,7 +361,7 @@ class ClusterState:
             uuids.add(uuid)
             gpu = node.gpus.get(uuid)
             if gpu is None:  # a GPU that appeared without a new snapshot
-                gpu = node.gpus[uuid] = _Gpu(node.name, device_from_pb(g.device), maxlen)
+                gpu = node.gpus[uuid] = GpuRecord(node.name, g.device, maxlen)
                 self._version += 1
                 added = True
             pods, owners = gpu.pods, gpu.owners
@@ -462,7 +377,7 @@ class ClusterState:
                 namespaces.update(ns for ns, _ in (*owners.values(), *gpu.owners.values()))
         if msg.pods_changed and not node.carried:
             old_pods = node.pods
-            new = {(p.namespace, p.name): pod_from_pb(p) for p in msg.pods}
+            new = {(p.namespace, p.name): p for p in msg.pods}
             for key, info in node.pods.items():
                 if new.get(key) != info:
                     self._unindex_pod(node.name, info)
@@ -476,12 +391,12 @@ class ClusterState:
                 left = node.engines.pop(gone)  # its readings went with the pod, but for the look-back
                 was = old_pods.get(gone)
                 if was is not None and left.readings:
-                    self._depart(gone, was, tuple(left.readings), msg.sent_at)
+                    self._departed.keep(gone, was, tuple(left.readings), msg.sent_at)
         for e in msg.engines:
             key = (e.namespace, e.pod)
             engine = node.engines.get(key)
             if engine is None:
-                engine = node.engines[key] = _Engine(node.name, maxlen)
+                engine = node.engines[key] = EngineRecord(node.name, maxlen)
             engine.take(e)
             namespaces.add(e.namespace)
         if msg.node_labels_changed and self._take_labels(node.name, msg.node_labels):
@@ -492,24 +407,21 @@ class ClusterState:
         self._wake(uuids, namespaces, added)
 
     @staticmethod
-    def _gpu_state(gpu: _Gpu, g: agent_pb2.GpuState) -> None:
+    def _gpu_state(gpu: GpuRecord, g: GpuRows) -> None:
         """Add ``g``'s samples to ``gpu``; take its error, holders and process owners (newest sample's)."""
-        owners = None
-        for s in g.samples:
-            values, processes, refs = sample_row_from_pb(s)
-            gpu.samples.append(s.timestamp, values, processes)
-            owners = refs
-        if owners is not None:
-            gpu.owners = {pid: (ref.namespace, ref.pod) for pid, ref in owners.items()}
+        for timestamp, values, processes in g.rows:
+            gpu.samples.append(timestamp, values, processes)
+        if g.rows:
+            gpu.owners = {pid: (ref.namespace, ref.pod) for pid, ref in g.owners.items()}
         gpu.error = g.error_message or g.error_kind
-        gpu.pods = tuple(dict.fromkeys((a.namespace, a.pod) for a in g.attributions))
+        gpu.pods = tuple(dict.fromkeys(g.holders))
 
     # -- indexes ---------------------------------------------------------------------------------------
-    def _index_gpu(self, gpu: _Gpu) -> None:
+    def _index_gpu(self, gpu: GpuRecord) -> None:
         for key in gpu.pods:
             self._gpus_by_pod.setdefault(key, {})[gpu.device.uuid] = gpu
 
-    def _unindex_gpu(self, gpu: _Gpu, pods: tuple[PodKey, ...] | None = None) -> None:
+    def _unindex_gpu(self, gpu: GpuRecord, pods: tuple[PodKey, ...] | None = None) -> None:
         """Drop ``gpu`` from the pods that held it (``pods``; default: those it names now)."""
         for key in gpu.pods if pods is None else pods:
             held = self._gpus_by_pod.get(key)
@@ -544,7 +456,7 @@ class ClusterState:
             if not in_ns:
                 del self._pods_by_ns[info.namespace]
 
-    def _unindex_node(self, node: _Node) -> None:
+    def _unindex_node(self, node: NodeRecord) -> None:
         for gpu in node.gpus.values():
             self._unindex_gpu(gpu)
         for info in node.pods.values():
@@ -566,26 +478,6 @@ class ClusterState:
             woken = found
         for f in woken:
             f.event.set()
-
-
-def _engine_series(node: _Node, key: PodKey) -> EngineSeries:
-    """A pod's engine as its node's agent last said it (live readings), or why there is nothing to say."""
-    pod = f"{key[0]}/{key[1]}"
-    if not node.engines_supported:
-        return EngineSeries(pod, (), f"the agent of {node.name} reads no engines (upgrade gpuscale agent)")
-    engine = node.engines.get(key)
-    if engine is None and node.carried:
-        return EngineSeries(pod, (), f"the agent of {node.name} is restarting: its engines are not read yet")
-    if engine is None:
-        return EngineSeries(
-            pod, (), "no engine endpoint (annotate the pod gpuscale.io/metrics-port, or prometheus.io/scrape)"
-        )
-    if engine.missing is not None:
-        reason, detail, _ = engine.missing
-        return EngineSeries(
-            pod, engine.readings, f"engine not read: {reason}" + (f" ({detail})" if detail else "")
-        )
-    return EngineSeries(pod, engine.readings)
 
 
 def _discard(index: dict[str, set[_Feed]], key: str, f: _Feed) -> None:

@@ -9,13 +9,16 @@ KEDA ≥ 2.20 would make them anyway.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .._proto import externalscaler_pb2 as pb
+from .errors import MetadataError
 
 __all__ = [
     "ScaledObjectKey",
+    "check_ref",
     "is_active_response",
     "metric_spec_response",
     "metric_value_response",
@@ -65,3 +68,26 @@ def metric_value_response(metric_name: str, value: float) -> pb.GetMetricsRespon
 
 def is_active_response(active: bool) -> pb.IsActiveResponse:
     return pb.IsActiveResponse(result=active)
+
+
+# What the API server accepts: a ScaledObject's name is a DNS subdomain, its namespace a DNS label. Anything
+# else never reaches a request path (where it would travel unescaped).
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def check_ref(key: ScaledObjectKey) -> None:
+    """``INVALID_ARGUMENT`` for a ScaledObjectRef whose name or namespace no Kubernetes object can have."""
+    problems = []
+    if key.namespace and not _LABEL.match(key.namespace):
+        problems.append(
+            f"the ScaledObjectRef's namespace {key.namespace[:100]!r} is not a Kubernetes namespace name "
+            "(1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit)"
+        )
+    if not key.name or len(key.name) > 253 or not _SUBDOMAIN.match(key.name):
+        problems.append(
+            f"the ScaledObjectRef's name {key.name[:100]!r} is not a Kubernetes object name (at most 253 "
+            "lowercase letters, digits, '-' and '.', starting and ending with a letter or digit)"
+        )
+    if problems:
+        raise MetadataError(tuple(problems))

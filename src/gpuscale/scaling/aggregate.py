@@ -21,6 +21,7 @@ import math
 import operator
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..model import GpuSample, ProcessSample
 from .errors import NoDataError
@@ -28,14 +29,19 @@ from .metadata import TriggerMetadata
 from .profiles import Aggregation, Metric, Share
 from .ring import COLUMNS, SampleRing
 
+if TYPE_CHECKING:
+    from .decisions import Decision
+
 __all__ = [
     "Evaluation",
     "Extract",
     "GpuSeries",
+    "GpuValue",
     "Smoothed",
     "aggregate",
     "evaluate",
     "extractor",
+    "gpu_values",
     "percentile",
     "smooth",
 ]
@@ -107,11 +113,19 @@ class Evaluation:
     missing: int = 0  # workload scope: GPU pods without one (``answer``'s missing-pod rule)
     missing_where: tuple[str, ...] = ()  # their nodes and why: "node-3 (agent gone: 2 pods)"
     loading: int = 0  # workload scope: GPU pods still starting (not Ready): coming capacity, not idle
-    # how ``answer`` decided beyond the plain value: "" (it did not), "all pods loading", "N-1 guard",
-    # "KV-cache guard", "backlog hold", "ahead 120 s" (the forecast one cold start ahead), "uncapped by the
-    # engines' demand (x1.80)" (GPU utilization times what the engines are asked over what they serve)
-    decided: str = ""
+    # which of ``answer``'s decisions (``decisions.Decision``) changed the value, if any, and its figures
+    # for people ("120 s" for the forecast one cold start ahead)
+    decision: Decision | None = None
+    detail: str = ""
     present: float | None = None  # the newest readings' value (window 0), when the answer would scale down
+
+    @property
+    def decided(self) -> str:
+        """How the answer was decided, in words: "" (the value as measured), "N-1 guard", "ahead 120 s",
+        "request path 31.0 req/s", "uncapped by the engines' demand (x1.80)"."""
+        if self.decision is None:
+            return ""
+        return f"{self.decision.value} {self.detail}" if self.detail else self.decision.value
 
 
 def extractor(
@@ -294,3 +308,34 @@ def evaluate(metadata: TriggerMetadata, series: Iterable[GpuSeries], *, now: flo
         newest_sample_age=newest,
         fresh_pods=frozenset(pods),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class GpuValue:
+    """One GPU's part in an evaluation, for people (``query --explain``): ``smoothed`` as ``evaluate``
+    counts it, or ``None`` and why it is left out: ``stale`` (no sample newer than ``staleAfter``) or
+    ``unsupported`` (its fresh samples do not report the metric); ``newest_age``: its newest sample's age
+    (``None``: no sample)."""
+
+    uuid: str
+    pod: str | None
+    smoothed: Smoothed | None
+    left_out: str | None
+    newest_age: float | None
+
+
+def gpu_values(metadata: TriggerMetadata, series: Iterable[GpuSeries], *, now: float) -> list[GpuValue]:
+    """Each GPU of ``series`` smoothed as ``evaluate`` smooths it (the same extractor and walk), or why it
+    is left out."""
+    out: list[GpuValue] = []
+    for s in series:
+        extract = extractor(metadata.metric, metadata.share, s.pids, s.attributed)
+        smoothed = smooth(
+            s.samples, extract, now=now, window=metadata.window, stale_after=metadata.stale_after
+        )
+        newest = now - s.samples[-1].timestamp if len(s.samples) else None
+        left_out = None
+        if smoothed is None:
+            left_out = "unsupported" if _any_fresh(s.samples, now, metadata.stale_after) else "stale"
+        out.append(GpuValue(s.uuid, s.pod, smoothed, left_out, newest))
+    return out

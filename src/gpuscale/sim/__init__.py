@@ -9,8 +9,9 @@ loop, the oracle) < ``summary`` < ``manifests`` / ``scenario`` (parsing) < ``rep
 
 from __future__ import annotations
 
-from .engine import Policy, Timeline, simulate
 from .errors import ScenarioError, SimError
+from .loop import simulate
+from .policy import Policy, Timeline
 from .report import Outputs, Result, run_scenario, write_outputs
 from .scenario import Scenario, parse_scenario
 from .summary import Summary, summarize

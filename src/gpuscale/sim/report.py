@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import plotting
-from .engine import Timeline, simulate
+from .loop import simulate
+from .policy import Timeline
 from .scenario import Scenario
 from .summary import Summary, summarize
 from .workload import demand_series, step_time

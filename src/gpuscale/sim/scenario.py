@@ -19,10 +19,10 @@ import yaml
 from ..errors import UnreadableFile
 from ..scaling.profiles import ProfileSet
 from ._check import Checker
-from .engine import Policy
 from .errors import ScenarioError
 from .hpa import ControllerConfig
 from .manifests import parse_policy
+from .policy import Policy
 from .workload import (
     BurstsDemand,
     ConstantDemand,

@@ -22,7 +22,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from .engine import Timeline
+from .policy import Timeline
 
 __all__ = ["Summary", "direction_changes", "summarize", "weighted_percentile"]
 
