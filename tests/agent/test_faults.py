@@ -13,9 +13,10 @@ from gpuscale.backends.mock import MockBackend, MockConfig
 from gpuscale.backends.patterns import parse_patterns
 from tests.conftest import AgentFactory
 from tests.fakes.kubelet import FakeKubelet, pod_resources
+from tests.poll import until
 
 from .faults import FlakyBackend
-from .test_metrics import eventually, scrape, series
+from .scrape import scrape, series
 
 
 async def test_kubelet_socket_disappears_and_comes_back(
@@ -24,7 +25,7 @@ async def test_kubelet_socket_disappears_and_comes_back(
     agent = await start_agent("constant:50", gpus=2)
     u0, u1 = (d.uuid for d in agent.state.devices)
     kubelet.pods = [pod_resources("ai", "llm-0", {"server": [("nvidia.com/gpu", [u0])]})]
-    await eventually(lambda: _holds(agent, u0, "llm-0"))
+    await until(lambda: _holds(agent, u0, "llm-0"))
     await kubelet.stop()  # the kubelet restarts: its socket is gone
     await asyncio.sleep(0.4)
     assert agent.state.assignments[u0][0].container.pod == "llm-0"  # the last attribution is kept
@@ -32,7 +33,7 @@ async def test_kubelet_socket_disappears_and_comes_back(
     assert any(lab.get("pod") == "llm-0" for lab, _ in series(text, "DCGM_FI_DEV_GPU_UTIL"))
     kubelet.pods = [pod_resources("ai", "llm-1", {"server": [("nvidia.com/gpu", [u1])]})]
     await kubelet.start()  # back, with a new socket file and other pods
-    await eventually(lambda: _holds(agent, u1, "llm-1"))
+    await until(lambda: _holds(agent, u1, "llm-1"))
     assert u0 not in agent.state.assignments
     assert any("kubelet socket" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
 
@@ -55,7 +56,7 @@ async def test_hung_read_is_bounded_and_others_go_on(start_agent: AgentFactory) 
             }
             return errs.get(("1", "timeout"), 0) >= 2
 
-        await eventually(timed_out)
+        await until(timed_out)
         before = agent.state.history[agent.state.devices[0].uuid][-1].timestamp
         await asyncio.sleep(0.5)
         after = agent.state.history[agent.state.devices[0].uuid][-1].timestamp
@@ -65,7 +66,7 @@ async def test_hung_read_is_bounded_and_others_go_on(start_agent: AgentFactory) 
     finally:
         backend.hanging.clear()
         backend.hang.set()  # release the stuck read
-    await eventually(lambda: _up(agent, "1"))
+    await until(lambda: _up(agent, "1"))
 
 
 async def _up(agent, gpu: str) -> bool:  # type: ignore[no-untyped-def]
@@ -76,7 +77,7 @@ async def _up(agent, gpu: str) -> bool:  # type: ignore[no-untyped-def]
 async def test_driver_reload_reopens_the_backend(start_agent: AgentFactory) -> None:
     backend = FlakyBackend(gpus=2, patterns="constant:45")
     agent = await start_agent(backend=backend)
-    await eventually(lambda: _up(agent, "0"))
+    await until(lambda: _up(agent, "0"))
     backend.driver_gone = True  # every read fails with "driver", and open() fails too
     await asyncio.sleep(0.5)
     assert backend.opens == 1
@@ -84,7 +85,7 @@ async def test_driver_reload_reopens_the_backend(start_agent: AgentFactory) -> N
     assert {lab["gpu"]: v for lab, v in series(text, "gpuscale_agent_gpu_up")} == {"0": 0.0, "1": 0.0}
     assert [v for lab, v in series(text, "DCGM_FI_DEV_GPU_UTIL")] == [45.0, 45.0]  # last values, aging
     backend.driver_gone = False  # the driver is back: the agent re-opens the backend by itself
-    await eventually(lambda: _up(agent, "0"), timeout=5)
+    await until(lambda: _up(agent, "0"), timeout=5)
     assert backend.opens >= 2
     _, text = await scrape(agent)
     assert series(text, "gpuscale_agent_backend_reopens_total")[0][1] >= 1
@@ -113,11 +114,7 @@ async def test_stop_never_closes_the_backend_under_a_running_read(start_agent: A
     agent = await start_agent(backend=backend, read_timeout=0.2)
     await asyncio.sleep(0.25)
     backend.hanging.add(1)
-    for _ in range(100):  # GPU 1's read hangs in its thread
-        if reading.is_set():
-            break
-        await asyncio.sleep(0.02)
-    assert reading.is_set()
+    await until(reading.is_set, what="GPU 1's read hanging in its worker thread")
     await agent.stop()
     try:
         assert closes == []  # not closed: the read was still running
@@ -146,7 +143,7 @@ async def test_a_device_id_naming_no_gpu_is_logged_once(
         pod_resources("ml", "a", {"main": [("nvidia.com/gpu", [known])]}),
         pod_resources("ml", "b", {"main": [("nvidia.com/mig-3g.40gb", ["MIG-not-here"])]}),
     ]
-    await eventually(lambda: _holds(agent, known, "a"))
+    await until(lambda: _holds(agent, known, "a"))
     await asyncio.sleep(0.35)  # a few more refreshes (every 0.1 s)
     said = [r.getMessage() for r in caplog.records if "names no GPU" in r.getMessage()]
     assert said == [
@@ -202,7 +199,7 @@ async def test_a_mig_device_the_kubelet_names_after_a_relayout_is_found_without_
     mig = next(d.uuid for d in new_uuid.devices() if d.mig_profile == "1g.10gb")
     kubelet.pods = [pod_resources("ai", "small-0", {"main": [("nvidia.com/mig-1g.10gb", [mig])]})]
 
-    await eventually(lambda: mig in agent.state.assignments, timeout=10)
+    await until(lambda: mig in agent.state.assignments, timeout=10)
     assert backend.opens == 2  # listed once more, not at every attribution round
     assert "GPU devices listed again" in caplog.text
     await asyncio.sleep(0.6)
@@ -219,16 +216,16 @@ async def test_an_id_that_is_never_listed_costs_one_listing_and_a_failing_gpu_no
     agent = await start_agent(backend=backend, rediscover_interval=0.1)
     hidden = "GPU-00000000-1111-2222-3333-444444444444"
     kubelet.pods = [pod_resources("ai", "p", {"main": [("nvidia.com/gpu", [hidden])]})]
-    await eventually(lambda: backend.opens == 2)
+    await until(lambda: backend.opens == 2)
     await asyncio.sleep(0.8)  # many attribution rounds and intervals
     assert backend.opens == 2
 
     other = "GPU-55555555-6666-7777-8888-999999999999"
     backend.fail(1, "lost")
     lost = agent.state.devices[1].uuid
-    await eventually(lambda: agent.state.errors.get(lost) is not None)
+    await until(lambda: agent.state.errors.get(lost) is not None)
     kubelet.pods = [pod_resources("ai", "q", {"main": [("nvidia.com/gpu", [other])]})]
     await asyncio.sleep(0.8)
     assert backend.opens == 2  # GPU 1 failing: no relisting
     backend.heal(1)
-    await eventually(lambda: backend.opens == 3)
+    await until(lambda: backend.opens == 3)

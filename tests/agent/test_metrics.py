@@ -3,53 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import re
 import shutil
 import subprocess
-import time
 
-import aiohttp
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from gpuscale.agent.service import Agent
 from gpuscale.backends.patterns import parse_patterns
 from tests.conftest import AgentFactory
 from tests.fakes.kubelet import FakeKubelet, dra_claim, pod_resources
+from tests.poll import until
 
-
-async def scrape(agent: Agent, path: str = "/metrics") -> tuple[int, str]:
-    async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{agent.metrics_port}{path}") as r:
-        return r.status, await r.text()
-
-
-def series(text: str, name: str) -> list[tuple[dict[str, str], float]]:
-    out = []
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name == name:
-                out.append((s.labels, s.value))
-    return out
-
-
-async def eventually(check, timeout: float = 5.0):  # type: ignore[no-untyped-def]
-    """Poll ``check`` (a coroutine function, or a plain predicate) until it gives something true."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            result = check()
-            if inspect.isawaitable(result):
-                result = await result
-            if result:
-                return result
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
-
+from .scrape import scrape, series
 
 DCGM = [
     "DCGM_FI_DEV_GPU_UTIL",
@@ -73,16 +39,13 @@ DCGM = [
 ]
 
 
-async def test_series_for_every_gpu_within_two_intervals(start_agent: AgentFactory) -> None:
-    t0 = time.monotonic()
-    agent = await start_agent("constant:10,constant:20,constant:30,constant:40", gpus=4)
-
-    async def ready() -> str | None:
-        _status, text = await scrape(agent)
-        return text if series(text, "DCGM_FI_DEV_GPU_UTIL") else None
-
-    text = await eventually(ready)
-    assert time.monotonic() - t0 < 2 * 0.1 + 1.0  # two intervals, plus start-up
+async def test_series_for_every_gpu_from_the_first_sampling_round(start_agent: AgentFactory) -> None:
+    """Every GPU's series are served once the round the agent samples as it starts is done. The interval is an
+    hour, so no later round can be what serves them; the test makes the next round itself."""
+    agent = await start_agent("constant:10,constant:20,constant:30,constant:40", gpus=4, interval=3600.0)
+    await until(lambda: agent.state.rounds, what="the sampling round made at start")
+    _status, text = await scrape(agent)
+    assert agent.state.rounds == 1
     for name in DCGM:
         got = series(text, name)
         assert len(got) == 4, name
@@ -99,7 +62,7 @@ async def test_series_for_every_gpu_within_two_intervals(start_agent: AgentFacto
         81559, abs=1
     )  # MiB: total = used + free + reserved
     energy = {lab["gpu"]: v for lab, v in series(text, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")}
-    await asyncio.sleep(0.3)
+    await agent.sample_once()  # the next round
     _, later = await scrape(agent)
     assert all(
         v > energy[lab["gpu"]] for lab, v in series(later, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
@@ -135,7 +98,7 @@ async def test_gpus_without_gpm_have_no_profiling_series(start_agent: AgentFacto
         _status, text = await scrape(agent)
         return text if series(text, "DCGM_FI_DEV_GPU_UTIL") else None
 
-    text = await eventually(ready)
+    text = await until(ready)
     assert not series(text, "DCGM_FI_PROF_SM_ACTIVE")  # absent, never a made-up 0
     assert not series(text, "DCGM_FI_PROF_PCIE_RX_BYTES")
     assert len(series(text, "DCGM_FI_DEV_GPU_UTIL")) == 2
@@ -143,7 +106,7 @@ async def test_gpus_without_gpm_have_no_profiling_series(start_agent: AgentFacto
 
 async def test_health_endpoints(start_agent: AgentFactory) -> None:
     agent = await start_agent()
-    await eventually(lambda: _status_is(agent, "/readyz", 200))
+    await until(lambda: _status_is(agent, "/readyz", 200))
     assert (await scrape(agent, "/healthz"))[0] == 200
 
 
@@ -153,7 +116,7 @@ async def _status_is(agent: Agent, path: str, code: int) -> bool:
 
 async def test_hostname_label_is_configurable(start_agent: AgentFactory) -> None:
     agent = await start_agent(hostname_label="hostname")
-    text = await eventually(lambda: _text_with(agent, "DCGM_FI_DEV_GPU_UTIL"))
+    text = await until(lambda: _text_with(agent, "DCGM_FI_DEV_GPU_UTIL"))
     assert all("hostname" in lab and "Hostname" not in lab for lab, _ in series(text, "DCGM_FI_DEV_GPU_UTIL"))
 
 
@@ -179,7 +142,7 @@ async def test_attributed_gpus_carry_pod_labels(start_agent: AgentFactory, kubel
             return text
         return None
 
-    text = await eventually(attributed)
+    text = await until(attributed)
     by_uuid: dict[str, list[dict[str, str]]] = {}
     for lab, _ in series(text, "DCGM_FI_DEV_GPU_UTIL"):
         by_uuid.setdefault(lab["UUID"], []).append(lab)
@@ -217,7 +180,7 @@ async def test_dra_devices_are_attributed_once_a_resource_slice_names_them(
     assert warning not in caplog.text and not agent.state.assignments
     # read, and no slice describes gpu-1: said once, with the claim, and nothing attributed
     slices.synced.set()
-    await eventually(lambda: warning in caplog.text)
+    await until(lambda: warning in caplog.text)
     await asyncio.sleep(0.3)  # a few more attribution rounds
     assert caplog.text.count(warning) == 1
     assert not agent.state.assignments
@@ -229,7 +192,7 @@ async def test_dra_devices_are_attributed_once_a_resource_slice_names_them(
         pods = {lab["UUID"]: lab.get("pod") for lab, _ in series(text, "DCGM_FI_DEV_GPU_UTIL")}
         return pods == {uuids[0]: None, uuids[1]: "llm-0"}
 
-    await eventually(attributed)
+    await until(attributed)
 
 
 async def test_failing_gpu_keeps_last_values_and_is_reported(start_agent: AgentFactory) -> None:
@@ -237,7 +200,7 @@ async def test_failing_gpu_keeps_last_values_and_is_reported(start_agent: AgentF
 
     backend = FlakyBackend(gpus=2, patterns="constant:33")
     agent = await start_agent(backend=backend)
-    await eventually(lambda: _text_with(agent, "DCGM_FI_DEV_GPU_UTIL"))
+    await until(lambda: _text_with(agent, "DCGM_FI_DEV_GPU_UTIL"))
     backend.fail(1, "lost")
 
     async def reported() -> str | None:
@@ -245,7 +208,7 @@ async def test_failing_gpu_keeps_last_values_and_is_reported(start_agent: AgentF
         errs = series(text, "gpuscale_agent_read_errors_total")
         return text if any(lab["kind"] == "lost" and v >= 2 for lab, v in errs) else None
 
-    text = await eventually(reported)
+    text = await until(reported)
     up = {lab["gpu"]: v for lab, v in series(text, "gpuscale_agent_gpu_up")}
     assert up == {"0": 1.0, "1": 0.0}
     # the node, under the same label name as on the GPU series: a dashboard groups both by it
@@ -255,7 +218,7 @@ async def test_failing_gpu_keeps_last_values_and_is_reported(start_agent: AgentF
     age = {lab["gpu"]: v for lab, v in series(text, "gpuscale_agent_sample_age_seconds")}
     assert age["1"] > age["0"]  # … marked with its age
     backend.heal(1)
-    await eventually(lambda: _up_is(agent, "1", 1.0))
+    await until(lambda: _up_is(agent, "1", 1.0))
 
 
 async def _up_is(agent: Agent, gpu: str, value: float) -> bool:
@@ -271,7 +234,7 @@ async def test_promtool_finds_no_problem(start_agent: AgentFactory, kubelet: Fak
     kubelet.pods = [
         pod_resources("ai", "llm-0", {"server": [("nvidia.com/gpu", [agent.state.devices[0].uuid])]})
     ]
-    await eventually(lambda: _attributed(agent))
+    await until(lambda: _attributed(agent))
     _, text = await scrape(agent)
     r = subprocess.run(
         ["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=30
@@ -314,7 +277,7 @@ async def test_mig_series_per_gpu_instance_and_the_gpu_only_for_what_instances_l
         _status, text = await scrape(agent)
         return text if len(series(text, "DCGM_FI_DEV_FB_USED")) == 2 else None
 
-    text = await eventually(ready)
+    text = await until(ready)
     used = series(text, "DCGM_FI_DEV_FB_USED")
     assert sorted(lab["GPU_I_PROFILE"] for lab, _ in used) == ["3g.40gb", "4g.40gb"]  # no parent series
     assert len(series(text, "DCGM_FI_PROF_SM_ACTIVE")) == 2  # GPM per instance
@@ -365,7 +328,7 @@ async def test_amd_series_as_amds_exporter_names_them(start_agent: AgentFactory)
         _status, text = await scrape(agent)
         return text if series(text, "gpu_gfx_activity") else None
 
-    text = await eventually(ready)
+    text = await until(ready)
     junction = series(text, "gpu_junction_temperature")[0][1]
     assert series(text, "gpu_edge_temperature")[0][1] == pytest.approx(junction - 8.0)
     assert series(text, "gpu_package_power")[0][1] == series(text, "gpu_power_usage")[0][1]
@@ -418,7 +381,7 @@ async def test_the_xid_of_a_gpu_that_fell_off_the_bus_reaches_metrics(
         got = series(text, "DCGM_FI_DEV_XID_ERRORS")
         return text if got and got[0][1] == value else None
 
-    await eventually(lambda: xid(0.0))
+    await until(lambda: xid(0.0))
     gpu.fail = NVML_ERROR_GPU_IS_LOST  # reads fail from here on; the driver reports the XID
     module.raise_xid(gpu, 79)
 
@@ -426,7 +389,7 @@ async def test_the_xid_of_a_gpu_that_fell_off_the_bus_reaches_metrics(
         text = await xid(79.0)
         return text if text and series(text, "gpuscale_agent_gpu_up")[0][1] == 0.0 else None
 
-    await eventually(lost_with_its_xid)
+    await until(lost_with_its_xid)
     await asyncio.sleep(0.3)  # more failed rounds: the value stays
     assert await xid(79.0)
 

@@ -10,6 +10,7 @@ import pytest
 from tests.conftest import AgentFactory
 from tests.fakes.kubelet import FakeKubelet, pod_resources
 from tests.fakes.prometheus import prometheus_binary, run_prometheus
+from tests.poll import until
 
 pytestmark = [
     pytest.mark.prometheus,
@@ -25,8 +26,7 @@ async def test_promql_over_the_agent(start_agent: AgentFactory, kubelet: FakeKub
         pod_resources("ai", "llm-7d9f-b", {"server": [("nvidia.com/gpu", [u[1]])]}),
         pod_resources("ai", "embed-0", {"main": [("nvidia.com/gpu", [u[2]])]}),
     ]
-    while not agent.state.assignments:
-        await asyncio.sleep(0.05)
+    await until(lambda: agent.state.assignments, what="the pods attributed")
 
     def check() -> None:
         with run_prometheus(tmp_path, [f"127.0.0.1:{agent.metrics_port}"]) as prom:

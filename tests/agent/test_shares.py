@@ -17,8 +17,9 @@ from gpuscale.kube.pods import NodePodWatcher, api_client_from
 from tests.conftest import AgentFactory
 from tests.fakes.apiserver import FakeApiServer, make_pod, write_kubeconfig
 from tests.fakes.kubelet import FakeKubelet, pod_resources
+from tests.poll import until
 
-from .test_metrics import eventually, scrape, series
+from .scrape import scrape, series
 
 NODE = "node-a"
 
@@ -81,7 +82,7 @@ async def test_two_pods_sharing_a_gpu(
         return got if len(got) == 2 else None
 
     try:
-        got = await eventually(shares)
+        got = await until(shares)
     finally:
         await watcher.api.close()
     assert got == {"embed-a": pytest.approx(20.0), "embed-b": pytest.approx(40.0)}
@@ -124,7 +125,7 @@ async def test_single_holder_gets_its_processes_without_the_api(
         got = series(text, "DCGM_CUSTOM_PROCESS_SM_UTIL")
         return got[0][1] if got else None
 
-    assert await eventually(share) == pytest.approx(60.0)
+    assert await until(share) == pytest.approx(60.0)
     await asyncio.sleep(0)
 
 
@@ -156,7 +157,7 @@ async def test_shares_no_cgroup_tells_are_left_out_never_zero(
         return text if len(series(text, "DCGM_CUSTOM_CONTAINER_MEM_ALLOCATED")) == 2 else None
 
     try:
-        text = await eventually(allocated)
+        text = await until(allocated)
     finally:
         await watcher.api.close()
     assert len(agent.state.snapshot.gpus[0].latest.processes) == 2  # type: ignore[union-attr]

@@ -12,6 +12,7 @@ from gpuscale._proto import agent_pb2, agent_pb2_grpc
 from gpuscale.agent.service import Agent
 from tests.conftest import AgentFactory
 from tests.fakes.kubelet import FakeKubelet, pod_resources
+from tests.poll import until
 
 
 async def watch(agent: Agent | int, n: int, **req: object) -> list[agent_pb2.NodeUpdate]:
@@ -64,10 +65,7 @@ async def test_attribution_travels_in_the_stream(start_agent: AgentFactory, kube
     agent = await start_agent("constant:60", gpus=2)
     u0 = agent.state.devices[0].uuid
     kubelet.pods = [pod_resources("ai", "llm-0", {"server": [("nvidia.com/gpu", [u0])]})]
-    for _ in range(100):
-        if agent.state.assignments:
-            break
-        await asyncio.sleep(0.05)
+    await until(lambda: agent.state.assignments, what="llm-0 attributed")
     (snap,) = await watch(agent, 1)
     attrs = {
         g.device.uuid: [(a.namespace, a.pod, a.container, a.resource_name) for a in g.attributions]

@@ -5,7 +5,6 @@ and crash-loop. So ``auto`` decides at each ``open``, until one backend opens.""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from gpuscale.agent.settings import AgentSettings
 from gpuscale.backends import AutoBackend, BackendUnavailable, create_backend
 from gpuscale.cli._options import backend_from_args
 from tests.fakes.pynvml_fake import NVML_ERROR_DRIVER_NOT_LOADED, FakeGpu, make_module
+from tests.poll import until
 
 
 @pytest.fixture
@@ -64,11 +64,8 @@ async def test_agent_on_auto_waits_for_the_driver(no_driver: pytest.MonkeyPatch)
         assert agent._ready_problem() is not None
         assert agent.state.devices == ()
         no_driver.setitem(sys.modules, "pynvml", make_module([FakeGpu("GPU-aaaa")]))
-        for _ in range(200):  # the agent retries with backoff from one interval
-            if agent._ready_problem() is None:
-                break
-            await asyncio.sleep(0.05)
-        assert agent._ready_problem() is None
+        # the agent retries with backoff from one interval
+        await until(agent._ready_problem, 10, "the agent ready once the driver loads", ok=lambda p: p is None)
         assert [d.uuid for d in agent.state.devices] == ["GPU-aaaa"]  # type: ignore[var-annotated]
         assert agent.sampler.backend.name == "nvml"
     finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,7 @@ from tests.fakes.pynvml_fake import (
     make_module,
     mig_instance,
 )
+from tests.poll import until_sync
 
 
 @pytest.fixture
@@ -318,8 +320,6 @@ def test_the_other_dcgm_exporter_fields_are_read(monkeypatch: pytest.MonkeyPatch
 def test_xid_errors_are_followed_and_the_event_thread_stops_at_close(monkeypatch: pytest.MonkeyPatch) -> None:
     """DCGM_FI_DEV_XID_ERRORS, the value of the last XID error: NVML reports them as events, which a thread
     of the backend waits for; the event set is freed only after that thread has stopped."""
-    import time
-
     gpu = FakeGpu("GPU-aaaa")
     old = FakeGpu(
         "GPU-bbbb",
@@ -328,47 +328,56 @@ def test_xid_errors_are_followed_and_the_event_thread_stops_at_close(monkeypatch
     )
     module = make_module([gpu, old])
     monkeypatch.setitem(sys.modules, "pynvml", module)
+    waits: list[int] = []  # the timeout of each of the thread's waits, in ms
+    wait = module.nvmlEventSetWait_v2
+
+    def counted(event_set: object, timeout_ms: int) -> Any:
+        waits.append(timeout_ms)
+        return wait(event_set, timeout_ms)
+
+    monkeypatch.setattr(module, "nvmlEventSetWait_v2", counted)
     b = opened()
     d, d_old = b.devices()
     assert b.xid_last(d.uuid) == 0 and b.xid_last(d_old.uuid) is None  # none yet; not watchable
     module.raise_xid(gpu, 79)  # "GPU has fallen off the bus"
-    deadline = time.monotonic() + 3
-    while b.xid_last(d.uuid) != 79 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert b.xid_last(d.uuid) == 79
-    t0 = time.monotonic()
+    until_sync(
+        lambda: b.xid_last(d.uuid), 3, "XID 79 from the event thread", interval=0.02, ok=lambda x: x == 79
+    )
     b.close()
-    assert time.monotonic() - t0 < 2.0  # the wait returns within its 1 s timeout
-    assert module.state["event_sets"] == {"created": 1, "freed": 1}
+    assert waits and max(waits) <= 1000  # every wait returns within a second, so close can stop the thread
+    assert module.state["event_sets"] == {"created": 1, "freed": 1}  # freed: the thread stopped
 
 
 def test_xid_survives_a_reopen_and_a_stuck_event_thread_keeps_nvml_up(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import time
-
     gpu = FakeGpu("GPU-aaaa")
     module = make_module([gpu])
     monkeypatch.setitem(sys.modules, "pynvml", module)
     b = opened()
     (d,) = b.devices()
     module.raise_xid(gpu, 48)
-    deadline = time.monotonic() + 3
-    while b.xid_last(d.uuid) != 48 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    until_sync(
+        lambda: b.xid_last(d.uuid), 3, "XID 48 from the event thread", interval=0.02, ok=lambda x: x == 48
+    )
     b.close()
     b.open()  # a driver reload: a new event set, the last XID kept
     assert b.xid_last(d.uuid) == 48
-    # A wait that overruns its timeout (a hung driver): close must not shut NVML down under the thread.
-    release = threading.Event()
-    monkeypatch.setattr(module, "nvmlEventSetWait_v2", lambda s, ms: release.wait(10) or None)
-    time.sleep(1.2)  # the thread's current wait times out (1 s) and the next one hangs
-    inits = module.state["init"]
-    t0 = time.monotonic()
-    b.close()
-    assert time.monotonic() - t0 < 3.5  # bounded
-    assert module.state["init"] == inits  # no nvmlShutdown: the thread is still inside NVML
-    release.set()
+    # A wait that never returns (a hung driver): close must return, and not shut NVML down under the thread.
+    hung, release = threading.Event(), threading.Event()
+
+    def stuck(event_set: object, timeout_ms: int) -> None:
+        hung.set()
+        release.wait()
+
+    monkeypatch.setattr(module, "nvmlEventSetWait_v2", stuck)
+    try:
+        assert hung.wait(5), "the thread's next wait never began"  # its current wait times out (1 s) first
+        inits = module.state["init"]
+        b.close()  # returns although the thread never does: a hang here ends at the test's timeout
+        assert module.state["init"] == inits  # no nvmlShutdown: the thread is still inside NVML
+    finally:
+        release.set()
 
 
 def test_a_gpu_lost_at_open_is_left_out_and_the_others_are_read(

@@ -22,6 +22,7 @@ from typing import IO
 import pytest
 
 from tests.cli.sessions import children, free_port, in_session
+from tests.poll import until_sync
 
 PLUGIN_SECONDS = 60
 
@@ -94,12 +95,14 @@ def test_a_signal_while_the_credential_plugin_runs_stops_the_agent_and_the_plugi
     log = tmp_path / "stderr"
     with log.open("w") as stderr:
         proc = _agent(_slow_kubeconfig(tmp_path), tmp_path, stderr)
+
+    def plugins() -> list[int]:
+        assert proc.poll() is None, log.read_text()
+        return children(proc.pid)
+
     try:
-        deadline = time.monotonic() + 20
-        while not children(proc.pid):  # the plugin is running: the agent is starting
-            assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, "the agent started no credential plugin within 20 s"
-            time.sleep(0.01)
+        # the plugin is running: the agent is starting
+        until_sync(plugins, 20, "the agent's credential plugin started", interval=0.01)
         time.sleep(0.5)  # the agent is waiting on the plugin's answer
         assert proc.poll() is None, log.read_text()
         sent = time.monotonic()

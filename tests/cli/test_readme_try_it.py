@@ -9,10 +9,11 @@ import shlex
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.poll import until_sync
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -89,13 +90,13 @@ def test_the_readme_query_answers_what_the_readme_says() -> None:
     ]
     try:
         query = _gpuscale(*moved(cmds["query"]))
-        deadline = time.monotonic() + 60
-        while True:
-            run = subprocess.run(query, capture_output=True, text=True, timeout=30, env=env)
-            if run.returncode == 0 or time.monotonic() > deadline:
-                break
-            time.sleep(0.3)  # the agent and the scaler are still starting
-        assert run.returncode == 0, run.stderr
+        run = until_sync(  # the agent and the scaler may still be starting
+            lambda: subprocess.run(query, capture_output=True, text=True, timeout=30, env=env),
+            60,
+            "the README's query answering",
+            interval=0.3,
+            ok=lambda r: r.returncode == 0,
+        )
         assert "value 70 (int 70)\n" in run.stdout and run.stdout.endswith("IsActive: true\n"), run.stdout
         text = README.read_text()
         assert "answers `value 70` and `IsActive: true`" in text

@@ -20,6 +20,7 @@ import pytest
 
 from gpuscale.scaler.ingest import MAX_WORKERS
 from tests.cli.sessions import children, free_port, in_session
+from tests.poll import until_sync
 
 
 def _scaler(workers: int, stderr: IO[str]) -> subprocess.Popen[bytes]:
@@ -52,12 +53,13 @@ def test_a_signal_while_ingest_workers_spawn_stops_the_scaler_and_its_workers(
     log = tmp_path / "stderr"
     with log.open("w") as stderr:
         proc = _scaler(MAX_WORKERS, stderr)
+
+    def workers() -> list[int]:
+        assert proc.poll() is None, log.read_text()
+        return children(proc.pid)
+
     try:
-        deadline = time.monotonic() + 20
-        while not children(proc.pid):  # the first worker is up: the scaler is spawning
-            assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, "no ingest worker was spawned within 20 s"
-            time.sleep(0.01)
+        until_sync(workers, 20, "an ingest worker spawned", interval=0.01)  # the scaler is spawning
         assert len(children(proc.pid)) < MAX_WORKERS, "every worker was up before the signal: not mid-spawn"
         sent = time.monotonic()
         proc.send_signal(sig)  # to the scaler alone: its workers are its to stop
@@ -85,12 +87,13 @@ def test_a_signal_once_serving_stops_the_scaler_and_its_workers(tmp_path: Path) 
     log = tmp_path / "stderr"
     with log.open("w") as stderr:
         proc = _scaler(2, stderr)
+
+    def running_log() -> str:
+        assert proc.poll() is None, log.read_text()
+        return log.read_text()
+
     try:
-        deadline = time.monotonic() + 30
-        while "scaler serving gRPC" not in log.read_text():
-            assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, f"the scaler did not serve within 30 s:\n{log.read_text()}"
-            time.sleep(0.05)
+        until_sync(running_log, 30, "the scaler serving gRPC", ok=lambda text: "scaler serving gRPC" in text)
         assert len(children(proc.pid)) == 2
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)

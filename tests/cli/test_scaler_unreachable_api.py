@@ -8,12 +8,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from tests.fakes.apiserver import write_kubeconfig
+from tests.poll import until_sync
 
 SERVER = "https://127.0.0.1:1"
 
@@ -50,13 +50,13 @@ def test_an_unreachable_api_is_one_warning_and_not_ready(tmp_path: Path) -> None
         env={**os.environ, "GPUSCALE_EVENT_LOOP": "asyncio"},
     )
     try:
-        deadline = time.monotonic() + 15
-        status, body = 0, ""
-        while time.monotonic() < deadline:
-            status, body = _get(metrics, "/readyz")
-            if body.startswith("the Kubernetes API"):  # past --ready-grace: the API alone
-                break
-            time.sleep(0.2)
+        status, body = until_sync(
+            lambda: _get(metrics, "/readyz"),
+            15,
+            "/readyz naming the Kubernetes API alone (past --ready-grace)",
+            interval=0.2,
+            ok=lambda got: got[1].startswith("the Kubernetes API"),
+        )
         assert status == 503, body
         assert body.startswith(f"the Kubernetes API at {SERVER} cannot be reached: Cannot connect to host"), (
             body

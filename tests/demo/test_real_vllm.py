@@ -25,6 +25,7 @@ from gpuscale.demo.output import Row
 from gpuscale.demo.realvllm import RealVllm, server_readings
 from gpuscale.demo.view import GpuLine, ViewInfo, plain_line, render
 from gpuscale.vllmcpu import MODEL_NAME, EngineFailed
+from tests.poll import until
 
 
 def demo(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -152,11 +153,9 @@ async def stand_in(tmp_path: Path) -> AsyncIterator[StandIn]:
 
 async def healthy(real: RealVllm) -> None:
     await real.start()
-    for _ in range(100):
-        if real.healthy:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(real.state)
+    await until(
+        lambda: real.state, 5, "the real vLLM (a stand-in) healthy", ok=lambda state: state == "healthy"
+    )
 
 
 class Clock:

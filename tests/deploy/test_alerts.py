@@ -11,7 +11,6 @@ import re
 import shutil
 import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from gpuscale.scaler.server import Scaler, ScalerSettings
 from gpuscale.scaler.subscriber import SubscriberSettings
 from tests.conftest import AgentFactory
 from tests.fakes.prometheus import prometheus_binary, run_prometheus
+from tests.poll import until_sync
 
 from .helpers import NAMESPACE, ROOT, find, objects, render_chart
 from .operator import Target, scrape_config
@@ -315,12 +315,13 @@ async def test_live_alerts_on_a_dead_agent_and_unavailable_calls(
         rules = _write_rules(tmp_path)
 
         def active(prom: Any, want: set[str], timeout: float = 40.0) -> list[dict[str, Any]]:
-            deadline = time.monotonic() + timeout
-            while True:
-                alerts = prom.alerts()
-                if {a["labels"]["alertname"] for a in alerts} >= want or time.monotonic() > deadline:
-                    return alerts
-                time.sleep(0.5)
+            return until_sync(
+                prom.alerts,
+                timeout,
+                f"alerts {sorted(want)} active",
+                interval=0.5,
+                ok=lambda alerts: {a["labels"]["alertname"] for a in alerts} >= want,
+            )
 
         def check() -> None:
             with run_prometheus(tmp_path, [], scrape_configs=configs, rule_files=[rules]) as prom:
@@ -343,17 +344,26 @@ async def test_live_alerts_on_a_dead_agent_and_unavailable_calls(
                         namespace="ai",
                         scalerMetadata={"scope": "pool", "nodeSelector": "pool=none", "targetValue": "50"},
                     )
-                    deadline = time.monotonic() + 40
-                    while "GpuscaleUnavailableRising" not in {
-                        a["labels"]["alertname"] for a in prom.alerts()
-                    }:
-                        with pytest.raises(grpc.RpcError) as e:
-                            stub.GetMetrics(
-                                pb.GetMetricsRequest(scaledObjectRef=ref, metricName="x"), timeout=5
-                            )
-                        assert e.value.code() == grpc.StatusCode.UNAVAILABLE
-                        assert time.monotonic() < deadline, prom.alerts()
-                        time.sleep(0.2)
+
+                    def active_names() -> set[str]:
+                        """The active alerts; while the one awaited is not among them, one more UNAVAILABLE
+                        answer for it to count."""
+                        names = {a["labels"]["alertname"] for a in prom.alerts()}
+                        if "GpuscaleUnavailableRising" not in names:
+                            with pytest.raises(grpc.RpcError) as e:
+                                stub.GetMetrics(
+                                    pb.GetMetricsRequest(scaledObjectRef=ref, metricName="x"), timeout=5
+                                )
+                            assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+                        return names
+
+                    until_sync(
+                        active_names,
+                        40,
+                        "GpuscaleUnavailableRising active",
+                        interval=0.2,
+                        ok=lambda names: "GpuscaleUnavailableRising" in names,
+                    )
                 names = {a["labels"]["alertname"] for a in prom.alerts()}
                 assert names == {
                     "GpuscaleAgentDown",

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,9 @@ from gpuscale.render import HpaOptions, ScaledObjectOptions, adapter_values, sca
 from tests.conftest import AgentFactory
 from tests.fakes.kubelet import FakeKubelet, pod_resources
 from tests.fakes.prometheus import PrometheusServer, prometheus_binary, run_prometheus
+from tests.poll import until, until_sync
 
+from .agents import POD_A, POD_B, attributed_agent
 from .conftest import prometheus_with_target_labels
 from .helpers import ROOT, expand_rule
 
@@ -27,11 +28,6 @@ pytestmark = [
     pytest.mark.prometheus,
     pytest.mark.skipif(prometheus_binary() is None, reason="Debian's prometheus package is not installed"),
 ]
-
-# GPU utilization per mock GPU: llm's two pods hold GPUs 0, 1 and 2 (pod b has two), embed holds GPU 3,
-# GPU 4 is free. A StatefulSet "llm-embed" would not match the Deployment regex.
-PATTERNS = "constant:30,constant:50,constant:70,constant:90,constant:10"
-POD_A, POD_B = "llm-7d9f8b6c5-x2x4z", "llm-7d9f8b6c5-q8w7n"
 
 
 def query_of(options: ScaledObjectOptions) -> str:
@@ -48,19 +44,6 @@ def one_value(prom: PrometheusServer, promql: str) -> float:
 
 def per_pod(prom: PrometheusServer, promql: str, label: str) -> dict[str, float]:
     return {r["metric"][label]: float(r["value"][1]) for r in prom.wait_for(promql, min_series=2)}
-
-
-async def attributed_agent(start_agent: AgentFactory, kubelet: FakeKubelet) -> Any:
-    agent = await start_agent(PATTERNS, gpus=5)
-    u = [d.uuid for d in agent.state.devices]
-    kubelet.pods = [
-        pod_resources("ai", POD_A, {"server": [("nvidia.com/gpu", [u[0]])]}),
-        pod_resources("ai", POD_B, {"server": [("nvidia.com/gpu", [u[1], u[2]])]}),
-        pod_resources("ai", "llm-embed-0", {"main": [("nvidia.com/gpu", [u[3]])]}),
-    ]
-    while len(agent.state.assignments) < 4:
-        await asyncio.sleep(0.05)
-    return agent
 
 
 # the default profile, llm-serving, is the engine's queue: no profile, GPU utilization, a target
@@ -153,8 +136,7 @@ async def test_dashboard_panels_count_a_shared_gpu_once_and_name_each_node(
         pod_resources("ai", "embed-0", {"main": [("nvidia.com/gpu", [f"{u[0]}::0"])]}),
         pod_resources("ai", "embed-1", {"main": [("nvidia.com/gpu", [f"{u[0]}::1"])]}),
     ]
-    while len(agent.state.assignments) < 1:
-        await asyncio.sleep(0.05)
+    await until(lambda: agent.state.assignments, what="a GPU attributed")
     variables = {"$hostname_label": "Hostname", "$node": ".*", "$namespace": ".*", "$job": "gpuscale-agent"}
 
     def check() -> None:
@@ -194,8 +176,7 @@ async def test_dashboard_amd_panels_show_an_amd_node(
     kubelet.pods = [
         pod_resources("ai", "vllm-0", {"server": [("amd.com/gpu", [agent.state.devices[1].pci_bus_id])]})
     ]
-    while len(agent.state.assignments) < 1:
-        await asyncio.sleep(0.05)
+    await until(lambda: agent.state.assignments, what="a GPU attributed")
     variables = {"$hostname_label": "hostname", "$node": ".*", "$namespace": ".*", "$job": "gpuscale-agent"}
 
     def check() -> None:
@@ -244,8 +225,7 @@ async def test_beside_dcgm_exporter_the_queries_and_the_dashboard_read_the_agent
     agent = await attributed_agent(start_agent, kubelet)
     other = await start_agent("constant:99", gpus=5)  # the same node's GPUs and the same kubelet: same labels
     assert [d.uuid for d in other.state.devices] == [d.uuid for d in agent.state.devices]
-    while len(other.state.assignments) < 4:
-        await asyncio.sleep(0.05)
+    await until(lambda: len(other.state.assignments), what="four GPUs attributed", ok=lambda n: n >= 4)
     jobs = [
         {"job_name": name, "honor_labels": True, "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}
         for name, port in (("gpuscale-agent", agent.metrics_port), ("dcgm-exporter", other.metrics_port))
@@ -390,13 +370,13 @@ async def test_dashboard_engine_panels_read_the_engines(tmp_path: Path) -> None:
         return {r["metric"][label]: float(r["value"][1]) for r in prom.query(expr)}
 
     def check() -> None:
-        deadline = time.monotonic() + 30
-        while True:  # two scrapes of each engine at least: the rates have two points
-            finished = values("Requests per second per namespace: finished and arriving", "namespace")
-            if finished.get("ai", 0.0) > 0 or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-        assert finished["ai"] > 0
+        until_sync(  # two scrapes of each engine at least: the rates have two points
+            lambda: values("Requests per second per namespace: finished and arriving", "namespace"),
+            30,
+            "requests finished in namespace ai",
+            interval=0.5,
+            ok=lambda finished: finished.get("ai", 0.0) > 0,
+        )
         arriving = values("Requests per second per namespace: finished and arriving", "namespace", 1)
         assert set(arriving) == {"ai"}
         waiting = values("Waiting requests per pod", "pod")

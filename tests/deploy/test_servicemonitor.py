@@ -16,10 +16,11 @@ from gpuscale.scaler.server import Scaler, ScalerSettings
 from tests.conftest import AgentFactory
 from tests.fakes.kubelet import FakeKubelet
 from tests.fakes.prometheus import PrometheusServer, prometheus_binary, run_prometheus
+from tests.poll import until
 
+from .agents import POD_A, POD_B, attributed_agent
 from .helpers import NAMESPACE, ROOT, find, objects, render_chart
 from .operator import Target, scrape_config
-from .test_promql import POD_A, POD_B, attributed_agent
 
 pytestmark = [
     pytest.mark.prometheus,
@@ -74,8 +75,7 @@ async def _two_scalers(agent_grpc: int) -> list[Scaler]:
         )
         await s.start()
         scalers.append(s)
-    while any(s.pool.connected < 1 for s in scalers):
-        await asyncio.sleep(0.05)
+    await until(lambda: all(s.pool.connected >= 1 for s in scalers), what="both scalers following the agent")
     return scalers
 
 

@@ -22,7 +22,6 @@ from tests.scaler.conftest import (  # noqa: F401  (fixtures, re-exported for th
     apiserver,
     cluster,
     keda,
-    until,
 )
 from tests.tiers import mark_tier
 

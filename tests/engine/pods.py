@@ -24,7 +24,8 @@ from gpuscale.model import EngineMissing, EngineSample, ModelSignals
 from gpuscale.vllmcpu import MODEL_NAME, VllmServer
 from tests.fakes.apiserver import make_pod
 from tests.fakes.kubelet import pod_resources
-from tests.scaler.conftest import Cluster, KedaClient, Node, until
+from tests.poll import until
+from tests.scaler.conftest import Cluster, KedaClient, Node
 
 
 def add_vllm_pod(cluster: Cluster, node: str, name: str, gpu: int, port: int) -> None:
@@ -98,14 +99,20 @@ class Readings:
     async def idle(self, timeout: float = 60.0) -> tuple[float, ModelSignals]:
         """A reading with nothing waiting or running, taken after this call began (requests a test before
         left behind have ended)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        t = time.time()
-        while True:
-            t, m = await self.after(t, what="an idle reading of the engine")
-            if m.waiting == 0 and m.running == 0:
-                return t, m
-            assert loop.time() < deadline, f"the engine never read idle: {m}"
+        newest = time.time()
+
+        async def next_reading() -> tuple[float, ModelSignals]:
+            nonlocal newest
+            newest, m = await self.after(newest, what="an idle reading of the engine")
+            return newest, m
+
+        return await until(
+            next_reading,
+            timeout,
+            "the engine reading idle (nothing waiting or running)",
+            interval=0,
+            ok=lambda reading: reading[1].waiting == 0 and reading[1].running == 0,
+        )
 
 
 def _group(pgid: int) -> dict[int, str]:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from gpuscale.demo.realvllm import server_readings
 from gpuscale.vllmcpu import Engine
+from tests.poll import until_sync
 
 DURATION_S = 100  # the real vLLM is healthy after about a minute on 2 cores (80 s under load), then serves
 STARTING = re.compile(r"^vllm: +starting the real vLLM .* on 127\.0\.0\.1:(\d+), pid (\d+):")
@@ -72,16 +73,17 @@ def test_the_demo_runs_one_pod_on_the_real_vllm_the_agent_reads_it_and_it_is_sto
     try:
         assert taken.wait(DURATION_S + 60), "no pod got the real vLLM:\n" + "\n".join(lines)
         (port, pid), *_ = port_pid
+
         # as a user would check it: the server's own count of finished requests, while the demo runs
-        success = 0.0
-        while demo.poll() is None and success == 0:
-            time.sleep(2.0)
+        def finished() -> float:
+            assert demo.poll() is None, "the real vLLM finished no request:\n" + "\n".join(lines)
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-                    success = server_readings(r.read().decode()).get("success", 0.0)
+                    return server_readings(r.read().decode()).get("success", 0.0)
             except OSError:
-                continue
-        assert success > 0, "the real vLLM finished no request:\n" + "\n".join(lines)
+                return 0.0
+
+        until_sync(finished, DURATION_S + 60, "a request finished by the real vLLM", interval=2.0)
         demo.wait(timeout=DURATION_S + 90)
     finally:
         if demo.poll() is None:

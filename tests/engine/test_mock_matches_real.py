@@ -12,7 +12,6 @@ read over HTTP as it runs, the mock on a clock stepped by hand.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -30,6 +29,7 @@ from gpuscale.model import ModelSignals
 from gpuscale.vllmcpu import MODEL_NAME, VllmServer
 from tests.engine.conftest import MAX_NUM_SEQS
 from tests.engine.load import Load
+from tests.poll import until
 
 MAX_MODEL_LEN = 512  # VllmServer's default
 
@@ -240,14 +240,12 @@ async def real_run(
         base = Snapshot.of((await get(session, server.metrics_url, None))[1])
         send(load)
         snapshots: list[Snapshot] = []
-        deadline = time.monotonic() + timeout
-        while True:
-            snap = Snapshot.of((await get(session, server.metrics_url, None))[1]).minus(base)
-            snapshots.append(snap)
-            if done(load, snap):
-                break
-            assert time.monotonic() < deadline, ("the load did not end", snapshots[-3:])
-            await asyncio.sleep(0.2)
+
+        async def read() -> Snapshot:
+            snapshots.append(Snapshot.of((await get(session, server.metrics_url, None))[1]).minus(base))
+            return snapshots[-1]
+
+        await until(read, timeout, "the load to end", interval=0.2, ok=lambda snap: done(load, snap))
         await load.drain()
         await asyncio.sleep(settle)
         snapshots.append(Snapshot.of((await get(session, server.metrics_url, None))[1]).minus(base))

@@ -23,7 +23,8 @@ from tests.engine.pods import (  # noqa: F401  (vllm_apart: a fixture)
     relaunch,
     vllm_apart,
 )
-from tests.scaler.conftest import Cluster, KedaClient, until
+from tests.poll import until
+from tests.scaler.conftest import Cluster, KedaClient
 
 # the server on its worker's CPU, this process on the other (``tests.engine.pods.apart``: why)
 apart_from_the_engine = pytest.mark.usefixtures("vllm_apart")

@@ -9,7 +9,8 @@ from gpuscale.model import EngineSample
 from gpuscale.vllmcpu import MODEL_NAME, VllmServer
 from tests.engine.load import Load
 from tests.engine.pods import add_vllm_pod
-from tests.scaler.conftest import Cluster, until
+from tests.poll import until
+from tests.scaler.conftest import Cluster
 
 
 async def test_the_agent_reads_every_signal_gpuscale_uses_from_the_real_vllm(

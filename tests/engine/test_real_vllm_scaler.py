@@ -17,7 +17,8 @@ from gpuscale.vllmcpu import VllmServer
 from tests.engine.conftest import MAX_NUM_SEQS
 from tests.engine.load import Load, Stalls, client_session
 from tests.engine.pods import Readings, add_vllm_pod, answer, vllm_apart  # noqa: F401  (a fixture)
-from tests.scaler.conftest import Cluster, KedaClient, until
+from tests.poll import until
+from tests.scaler.conftest import Cluster, KedaClient
 
 # the server on its worker's CPU, this process on the other (``tests.engine.pods.apart``: why)
 pytestmark = pytest.mark.usefixtures("vllm_apart")

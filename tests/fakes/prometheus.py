@@ -6,13 +6,14 @@ import json
 import shutil
 import socket
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from tests.poll import until_sync
 
 __all__ = ["PrometheusServer", "free_port", "prometheus_binary", "run_prometheus"]
 
@@ -45,14 +46,14 @@ class PrometheusServer:
         return result
 
     def wait_for(self, promql: str, timeout: float = 20.0, min_series: int = 1) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + timeout
-        while True:
-            result = self.query(promql)
-            if len(result) >= min_series:
-                return result
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no result for {promql!r} within {timeout}s")
-            time.sleep(0.25)
+        """``query(promql)`` until it returns at least ``min_series`` series."""
+        return until_sync(
+            lambda: self.query(promql),
+            timeout,
+            f"{min_series} or more series for {promql!r}",
+            interval=0.25,
+            ok=lambda result: len(result) >= min_series,
+        )
 
     def alerts(self) -> list[dict[str, Any]]:
         """Active alerts, pending or firing (each with ``labels``, ``annotations``, ``state``)."""
@@ -122,17 +123,7 @@ def run_prometheus(
     )
     server = PrometheusServer(port)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"{server.url}/-/ready", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("prometheus did not start: " + (tmp / f"{name}.log").read_text()[-2000:])
-            time.sleep(0.1)
+        _started(proc, server, tmp / f"{name}.log")
         yield server
     finally:
         proc.terminate()
@@ -142,3 +133,21 @@ def run_prometheus(
             proc.kill()
             proc.wait()
         log.close()
+
+
+def _started(proc: subprocess.Popen[bytes], server: PrometheusServer, log: Path) -> None:
+    """Until Prometheus answers ``/-/ready``; a ``RuntimeError`` with its log if it exits or takes 30 s."""
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"prometheus exited with code {proc.returncode}: {log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"{server.url}/-/ready", timeout=1) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    try:
+        until_sync(ready, 30, "prometheus answering /-/ready", interval=0.1)
+    except AssertionError as e:
+        raise RuntimeError(f"prometheus did not start ({e}): {log.read_text()[-2000:]}") from None

@@ -78,14 +78,6 @@ async def api(connect: Callable[..., Any]) -> AsyncIterator[KubeApi]:
         await client.close()
 
 
-async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Poll ``predicate`` every few milliseconds until it holds; fail after ``timeout`` seconds."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.005)
-
-
 @contextlib.asynccontextmanager
 async def running(watcher: Any) -> AsyncIterator[Any]:
     """``watcher.run()`` as a task for the block, then cancelled (and awaited: it must end by cancellation)."""

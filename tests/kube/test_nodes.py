@@ -12,8 +12,9 @@ from gpuscale.kube._http import KubeApi
 from gpuscale.kube.nodes import NodeLabelWatcher
 from gpuscale.kube.pods import NodePodWatcher
 from tests.fakes.apiserver import FakeApiServer, make_pod
+from tests.poll import until
 
-from .conftest import running, until
+from .conftest import running
 
 NODE = "gpu-node-1"
 

@@ -26,8 +26,9 @@ from gpuscale.kube.pods import (
 )
 from gpuscale.model import ContainerRef, PodInfo
 from tests.fakes.apiserver import FakeApiServer, make_pod
+from tests.poll import until
 
-from .conftest import running, until
+from .conftest import running
 
 NODE = "gpu-node-1"
 T0 = 1735689600.0  # make_pod's creationTimestamp, 2025-01-01T00:00:00Z: scheduled then (and Ready, if ready)

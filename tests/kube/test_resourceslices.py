@@ -12,8 +12,9 @@ import pytest
 from gpuscale.kube._http import KubeApi
 from gpuscale.kube.resourceslices import NodeResourceSliceWatcher, device_identities
 from tests.fakes.apiserver import FakeApiServer
+from tests.poll import until
 
-from .conftest import noop_sleep, running, until
+from .conftest import noop_sleep, running
 
 NODE = "gpu-node-1"
 G0 = "GPU-5f3e1c2a-9b8d-4e7f-a6b5-c4d3e2f1a0b9"

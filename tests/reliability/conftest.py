@@ -9,5 +9,4 @@ from tests.scaler.conftest import (  # noqa: F401  (fixtures, re-exported for th
     apiserver,
     cluster,
     keda,
-    until,
 )

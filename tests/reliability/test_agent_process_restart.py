@@ -1,7 +1,7 @@
 """An agent restarted as Kubernetes restarts it: a real `gpuscale agent` process on the mock backend, with its
 kubelet (stand-in) and the stand-in API server, stopped with SIGTERM, then killed with SIGKILL, each time
 started again on the same port, while KEDA's calls come every 200 ms. Every answer is unchanged or
-UNAVAILABLE: a routine restart never moves a workload's value (issue: fail safe when part of a workload goes
+UNAVAILABLE: a routine restart never moves a workload's value (the fail-safe rule for part of a workload gone
 dark)."""
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from gpuscale.backends.mock import _mock_uuid
 from gpuscale.demo.processes import Child, free_ports, start_child
 from tests.fakes.apiserver import make_pod
 from tests.fakes.kubelet import FakeKubelet, pod_resources
-from tests.scaler.conftest import Cluster, KedaClient, until
+from tests.poll import until
+from tests.scaler.conftest import Cluster, KedaClient
 
 SOLO = {"podSelector": "app=solo", "targetValue": "60", "window": "0", "staleAfter": "5"}
 LLM = {**SOLO, "podSelector": "app=llm"}

@@ -16,8 +16,7 @@ from gpuscale._proto import agent_pb2, agent_pb2_grpc
 from gpuscale.agent.service import Agent
 from gpuscale.agent.settings import AgentSettings
 from tests.agent.faults import FlakyBackend
-
-from .conftest import until
+from tests.poll import until
 
 
 async def _get(agent: Agent, path: str) -> tuple[int, str]:

@@ -15,8 +15,9 @@ from gpuscale._proto import externalscaler_pb2 as pb
 from gpuscale._proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.scaler.server import Scaler
 from gpuscale.scaling.metadata import KEYS
+from tests.poll import until
 
-from .conftest import Cluster, KedaClient, until
+from .conftest import Cluster, KedaClient
 
 HEALTHY = {"podSelector": "app=llm", "targetValue": "60", "window": "0"}
 ALLOWED = {

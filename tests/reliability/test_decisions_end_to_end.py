@@ -1,6 +1,7 @@
-"""Issue 20's decisions through the real path: mock vLLM engines (their finished counters and queue gauges
-driven by a known arrival rate), real agents that discover, scrape and stream them with each pod's
-readiness and start times, the real scaler answering as KEDA asks."""
+"""The demand-based decisions through the real path (starting pods as coming capacity, scaling ahead by the
+learned cold start, the N-1 guard, GPU utilization uncapped by the engines' demand): mock vLLM engines (their
+finished counters and queue gauges driven by a known arrival rate), real agents that discover, scrape and
+stream them with each pod's readiness and start times, the real scaler answering as KEDA asks."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from gpuscale.backends.mock_engine import MockEngine, MockEngineConfig, MockEngi
 from gpuscale.demo.apiserver import make_pod
 from gpuscale.scaler.wire import ScaledObjectKey
 from tests.fakes.kubelet import pod_resources
-from tests.scaler.conftest import Cluster, KedaClient, until
+from tests.poll import until
+from tests.scaler.conftest import Cluster, KedaClient
 
 RATE = {
     "podSelector": "app=llm",
@@ -108,8 +110,16 @@ async def test_scale_ahead_on_a_known_ramp_through_the_scaler(
 ) -> None:
     """Arrivals rising 1 request/s every second; the pods' cold start is 10 s (scheduled to Ready, from the
     API, streamed by the agent). Once the ramp fills the 10 s look-back, `scaleAhead: auto` answers the
-    demand 10 s ahead: about 10 above the plain answer (Sen's slope 1/s x 10 s)."""
-    e = await engines(lambda t: 2.0 + t)
+    demand 10 s ahead: about 10 above the plain answer (Sen's slope 1/s x 10 s). The plain answer says when
+    the look-back is inside the ramp, and it is held to the engine's own demand at the engine's last step:
+    no reading of the wall clock decides the outcome."""
+    stepped = [0.0]  # the engine's time (seconds since it started) at its last step
+
+    def ramp(t: float) -> float:
+        stepped[0] = t
+        return 2.0 + t
+
+    e = await engines(ramp)
     await cluster.node("node-1", "constant:50", gpus=1)
     add_pod(cluster, "llm-0", "node-1", 0, e.port, ready=True)
     scaler = await cluster.scaler()
@@ -126,13 +136,17 @@ async def test_scale_ahead_on_a_known_ramp_through_the_scaler(
         )
 
     await until(learned, what="the cold start learned from the pod", timeout=10)
-    await asyncio.sleep(
-        max(0.0, 13.0 - (time.time() - e.engine.started))
-    )  # the look-back (10 s) inside the ramp
-    plain, ahead = await _value(client, RATE), await _value(client, ahead_md)
+    # the look-back (10 s) inside the ramp: the plain answer reads the demand of the ramp's 13th second
+    plain = await until(
+        lambda: _value(client, RATE),
+        30,
+        "the plain answer at the ramp's 13th second (14 requests/s)",
+        interval=0.2,
+        ok=lambda v: isinstance(v, float) and v >= 14.0,
+    )
+    ahead = await _value(client, ahead_md)
     assert isinstance(plain, float) and isinstance(ahead, float)
-    now = time.time() - e.engine.started
-    assert abs(plain - (2.0 + now - 1.0)) < 1.5  # the 2 s window's mean: the demand a second ago
+    assert abs(plain - (2.0 + stepped[0] - 1.0)) < 1.5  # the 2 s window's mean: the demand a second ago
     assert 7.0 < ahead - plain < 12.0
 
 

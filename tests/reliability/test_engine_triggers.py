@@ -15,7 +15,8 @@ from gpuscale.scaler.source import Query
 from gpuscale.scaling.selector import parse_selector
 from tests.fakes.apiserver import make_pod
 from tests.fakes.kubelet import pod_resources
-from tests.scaler.conftest import Cluster, KedaClient, until
+from tests.poll import until
+from tests.scaler.conftest import Cluster, KedaClient
 
 QUEUE = {
     "podSelector": "app=llm",

@@ -20,8 +20,9 @@ import grpc
 import pytest
 
 from tests.fakes.prometheus import free_port
+from tests.poll import until
 
-from .conftest import Cluster, KedaClient, until
+from .conftest import Cluster, KedaClient
 
 STREAMS = 1000
 LOAD_S = 5.0

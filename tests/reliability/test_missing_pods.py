@@ -11,8 +11,9 @@ from collections.abc import Callable
 import grpc
 import pytest
 
+from tests.poll import until
 from tests.reliability.proxy import PausableProxy
-from tests.scaler.conftest import Cluster, KedaClient, until
+from tests.scaler.conftest import Cluster, KedaClient
 
 TARGET = 60.0
 LLM = {"podSelector": "app=llm", "targetValue": "60", "window": "0", "staleAfter": "1"}
@@ -189,7 +190,7 @@ async def test_a_scaler_restarted_while_an_agent_hangs_counts_that_nodes_pods_fr
             client = keda(scaler.grpc_port)
             first = await answer(client, LLM)
             assert first == grpc.StatusCode.UNAVAILABLE  # not complete: never from part of the cluster
-            await until(lambda s=scaler: s.view_problem() is None, what="ready grace over")  # type: ignore[misc]
+            await until(scaler.view_problem, what="ready grace over", ok=lambda problem: problem is None)
             await asyncio.sleep(0.3)
             answers[kube] = await answer(client, LLM)
         assert answers[False] == pytest.approx(240.0)  # 8 pods known, x 30: the HPA would ask 4

@@ -8,8 +8,9 @@ from collections.abc import Callable
 import grpc
 
 from gpuscale.scaler.server import Scaler
+from tests.poll import until
 
-from .conftest import Cluster, KedaClient, until
+from .conftest import Cluster, KedaClient
 
 MD = {"podSelector": "app=llm", "targetValue": "60", "activationValue": "30", "window": "0"}
 

@@ -21,8 +21,9 @@ import pytest
 
 from gpuscale.scaler.ingest import WorkerPool, shard_of
 from gpuscale.scaler.server import Scaler
+from tests.poll import until
 
-from .conftest import Cluster, KedaClient, until
+from .conftest import Cluster, KedaClient
 from .proxy import PausableProxy
 
 STALE_AFTER = "0.8"

@@ -4,7 +4,6 @@ that calls it the way KEDA does."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,22 +29,6 @@ from tests.fakes.apiserver import FakeApiServer, make_pod, write_kubeconfig
 from tests.fakes.kubelet import FakeKubelet, dra_claim, pod_resources
 
 TOKEN = "s3cret"
-
-
-async def until(
-    predicate: Callable[[], Awaitable[bool] | bool], timeout: float = 8.0, what: str = ""
-) -> None:
-    """Poll ``predicate`` (sync or async) until it holds; fail after ``timeout`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        result = predicate()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        assert loop.time() < deadline, f"not reached in {timeout}s: {what}"
-        await asyncio.sleep(0.02)
 
 
 @dataclass

@@ -15,8 +15,9 @@ import pytest
 
 from gpuscale.scaler.subscriber import SubscriberSettings
 from gpuscale.tls import TlsFiles
+from tests.poll import until
 
-from .conftest import Cluster, KedaClient, until
+from .conftest import Cluster, KedaClient
 
 pytest.importorskip("cryptography")  # a dev dependency; certificates are made in the test
 

@@ -16,8 +16,9 @@ import pytest
 from gpuscale.scaler.server import Scaler
 from gpuscale.scaler.subscriber import SubscriberSettings
 from gpuscale.tls import TlsFiles
+from tests.poll import until
 
-from .conftest import Cluster, until
+from .conftest import Cluster
 
 LOGGER = "gpuscale.scaler.subscriber"
 

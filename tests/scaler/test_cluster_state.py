@@ -15,36 +15,7 @@ from gpuscale.scaler.discovery import DnsDiscovery, StaticDiscovery
 from gpuscale.scaler.source import Query
 from gpuscale.scaler.state import ClusterState
 from gpuscale.scaling.selector import parse_selector
-
-SNAP, UPD = agent_pb2.NodeUpdate.SNAPSHOT, agent_pb2.NodeUpdate.UPDATE
-
-
-def gpu(uuid: str, util: float | None = None, pods: tuple[tuple[str, str], ...] = ()) -> agent_pb2.GpuState:
-    g = agent_pb2.GpuState(device=agent_pb2.Device(uuid=uuid, name="H100"))
-    if util is not None:
-        g.samples.add(timestamp=time.time(), gpu_utilization=util)
-    for ns, pod in pods:
-        g.attributions.add(
-            namespace=ns, pod=pod, container="main", resource_name="nvidia.com/gpu", device_id=uuid
-        )
-    return g
-
-
-def msg(
-    kind: Any,
-    node: str,
-    gpus: list[agent_pb2.GpuState],
-    pods: dict[str, dict[str, str]] | None = None,
-    agent: str = "a1",
-) -> agent_pb2.NodeUpdate:
-    m = agent_pb2.NodeUpdate(kind=kind, node_name=node, agent_id=agent, interval_seconds=1.0, gpus=gpus)
-    if pods is not None:
-        m.pods_changed = kind == UPD
-        for name, labels in pods.items():
-            ns, _, pod = name.partition("/")
-            m.pods.add(namespace=ns, name=pod, uid=name, labels=labels)
-    return m
-
+from tests.scaler.node_updates import SNAP, UPD, gpu, msg
 
 LLM = Query("workload", "default", parse_selector("app=llm"))
 

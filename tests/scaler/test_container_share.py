@@ -26,8 +26,9 @@ from gpuscale.kube.resourceslices import NodeResourceSliceWatcher
 from gpuscale.scaler.wire import ScaledObjectKey
 from tests.fakes.apiserver import make_pod
 from tests.fakes.kubelet import FakeKubelet, pod_resources
+from tests.poll import until
 
-from .conftest import Cluster, KedaClient, Node, until
+from .conftest import Cluster, KedaClient, Node
 
 NODE = "node-a"
 # The two processes on GPU 0 (mock shares of its 80 % load): 40 % each.

@@ -11,7 +11,9 @@ from pathlib import Path
 import grpc
 import yaml
 
-from .conftest import Cluster, KedaClient, until
+from tests.poll import until
+
+from .conftest import Cluster, KedaClient
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "external-fallback.yaml"
 

@@ -20,7 +20,8 @@ from aiohttp import web
 
 from gpuscale.scaler.server import Scaler, ScalerSettings
 from tests.fakes.apiserver import FakeApiServer, write_kubeconfig
-from tests.scaler.conftest import KedaClient, until
+from tests.poll import until
+from tests.scaler.conftest import KedaClient
 
 LOGGER = "gpuscale.scaler.server"
 

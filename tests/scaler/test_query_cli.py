@@ -11,8 +11,9 @@ import grpc
 import pytest
 
 from gpuscale.scaler.server import TlsFiles
+from tests.poll import until
 
-from .conftest import Cluster, KedaClient, until
+from .conftest import Cluster, KedaClient
 
 # Runs `gpuscale`, with `query` registered even before the lead adds it to COMMANDS.
 LAUNCH = (

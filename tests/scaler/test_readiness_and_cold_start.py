@@ -17,7 +17,8 @@ from gpuscale.scaler.server import Scaler
 from gpuscale.scaler.source import PodStart, Query
 from gpuscale.scaler.wire import ScaledObjectKey
 from gpuscale.scaling.selector import parse_selector
-from tests.scaler.conftest import Cluster, KedaClient, until
+from tests.poll import until
+from tests.scaler.conftest import Cluster, KedaClient
 
 LLM = {"podSelector": "app=llm", "targetValue": "60", "window": "0", "staleAfter": "2"}
 QUERY = Query("workload", "default", parse_selector("app=llm"))

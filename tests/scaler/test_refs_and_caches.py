@@ -13,7 +13,7 @@ from gpuscale._proto import externalscaler_pb2_grpc as pb_grpc
 from gpuscale.kube.workloads import ResolvedWorkload, WorkloadResolver
 from gpuscale.scaler.service import ExternalScalerService, add_external_scaler
 from gpuscale.scaler.state import ClusterState
-from tests.scaler.test_cluster_state import SNAP, gpu, msg
+from tests.scaler.node_updates import SNAP, gpu, msg
 
 
 class Resolver:

@@ -25,8 +25,9 @@ from gpuscale.scaler.status import RequestPathNeedsApi
 from gpuscale.scaling.metadata import TriggerMetadata, parse_metadata
 from gpuscale.scaling.requestpath import demand
 from tests.fakes.apiserver import FakeApiServer, write_kubeconfig
+from tests.poll import until
 
-from .conftest import TOKEN, Cluster, KedaClient, until
+from .conftest import TOKEN, Cluster, KedaClient
 from .pathrig import Gateway, serve_gateway
 
 FAST = PathSettings(interval_s=0.1, timeout_s=0.3, max_body_bytes=64 * 1024, resolve_every_s=0.2)

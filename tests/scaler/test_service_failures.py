@@ -9,8 +9,9 @@ import grpc
 import pytest
 
 from gpuscale._proto import externalscaler_pb2 as pb
+from tests.poll import until
 
-from .conftest import Cluster, KedaClient, until
+from .conftest import Cluster, KedaClient
 
 BASE = {"podSelector": "app=llm", "targetValue": "60"}
 BAD = [

@@ -12,8 +12,9 @@ import pytest
 
 from gpuscale.scaler.source import Query
 from gpuscale.scaling.selector import parse_selector
+from tests.poll import until
 
-from .conftest import Cluster, KedaClient, until
+from .conftest import Cluster, KedaClient
 
 POOL = {"scope": "pool", "aggregation": "avg", "targetValue": "50", "window": "0"}
 

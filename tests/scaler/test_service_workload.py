@@ -9,8 +9,9 @@ import pytest
 
 from tests.fakes.apiserver import make_pod
 from tests.fakes.kubelet import pod_resources
+from tests.poll import until
 
-from .conftest import Cluster, KedaClient, until
+from .conftest import Cluster, KedaClient
 
 LLM = {
     "scope": "workload",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 from gpuscale.kube.pods import api_client_from
 from gpuscale.kube.workload_pods import ApiGpuPod, WorkloadPodLister
 from tests.fakes.apiserver import FakeApiServer, make_pod, write_kubeconfig
+from tests.poll import until
 
 T0 = 1735689600.0  # 2025-01-01T00:00:00Z, make_pod's default creationTimestamp
 
@@ -73,11 +73,7 @@ async def test_one_list_per_workload_per_ttl(
     assert pods.lists == 1
     now[0] = 16.0
     await pods.refresh("ml", "app=llm")  # due: listed again, in the background
-    for _ in range(50):
-        if pods.lists == 2:
-            break
-        await asyncio.sleep(0.01)
-    assert pods.lists == 2
+    await until(lambda: pods.lists, what="the list made in the background", ok=lambda n: n == 2)
     api.fail_next = [500]
     now[0] = 32.0
     await pods.refresh("ml", "app=llm")

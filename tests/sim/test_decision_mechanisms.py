@@ -1,6 +1,6 @@
-"""Issue 20's mechanisms through the simulator (the scaler's own code deciding, fed what the agents and the
-API would give it): the demand with starting pods as coming capacity, the forecast one learned cold start
-ahead on a known ramp, and the N-1 guard."""
+"""The demand-based decisions through the simulator (the scaler's own code deciding, fed what the agents and
+the API would give it): the demand with starting pods as coming capacity, the forecast one learned cold start
+ahead on a known ramp, the N-1 guard, and GPU utilization uncapped by the engines' demand."""
 
 from __future__ import annotations
 
@@ -8,41 +8,45 @@ import pytest
 
 from gpuscale.sim import Result, parse_scenario, run_scenario
 
-SCENARIO = """
-name: mechanisms
-durationSeconds: DURATION
-workload: {capacityPerReplica: 5, provisioningSeconds: 30, loadSeconds: 90, initialReplicas: 2,
-           maxQueueSeconds: 60, requestSeconds: 4}
-demand: {shape: points, interpolation: linear, points: POINTS}
-policies:
+from .scenario_text import GPUSCALE, external, head, policy
+
+WORKLOAD = (
+    "{capacityPerReplica: 5, provisioningSeconds: 30, loadSeconds: 90, initialReplicas: 2, maxQueueSeconds: 60, "
+    "requestSeconds: 4}"
+)
+FAST_DOWN = """
+advanced:
+  horizontalPodAutoscalerConfig:
+    behavior: {scaleDown: {stabilizationWindowSeconds: 0}}
 """
-# the two policies differ only in their name and scaleAhead
-POLICY = """  - name: NAME
-    hpaSyncOffsetSeconds: 4
-    pipeline: {gpuscale: {samplingIntervalSeconds: 1}}
-    scaledObject:
-      apiVersion: keda.sh/v1alpha1
-      kind: ScaledObject
-      spec:
-        scaleTargetRef: {name: vllm}
-        minReplicaCount: 1
-        maxReplicaCount: 40
-BEHAVIOR        triggers: [{type: external, metadata: {scalerAddress: s:1, metric: request_rate, targetValue: "4",
-                                         scaleAhead: "AHEAD"}}]
-"""
-FAST_DOWN = """        advanced:
-          horizontalPodAutoscalerConfig:
-            behavior: {scaleDown: {stabilizationWindowSeconds: 0}}
-"""
+
+
+def _scenario(points: str, duration: int) -> str:
+    demand = f"{{shape: points, interpolation: linear, points: {points}}}"
+    return head(name="mechanisms", duration=duration, workload=WORKLOAD, demand=demand)
+
+
+def _policy(
+    name: str, metadata: str, *, pipeline: str = GPUSCALE, max_replicas: int = 40, behavior: str = ""
+) -> str:
+    """A policy scaling vllm (1 to ``max_replicas`` replicas) on one gpuscale trigger, its HPA syncs offset 4 s."""
+    return policy(
+        external(f"{{scalerAddress: s:1, {metadata}}}"),
+        name=name,
+        target="vllm",
+        pipeline=pipeline,
+        keys=["hpaSyncOffsetSeconds: 4"],
+        spec=["minReplicaCount: 1", f"maxReplicaCount: {max_replicas}", *([behavior] if behavior else [])],
+    )
 
 
 def _run(points: str, duration: int, behavior: str = "") -> Result:
+    # the two policies differ only in their name and scaleAhead
     policies = "".join(
-        POLICY.replace("NAME", n).replace("AHEAD", a) for n, a in (("engine", "off"), ("ahead", "auto"))
+        _policy(name, f'metric: request_rate, targetValue: "4", scaleAhead: "{ahead}"', behavior=behavior)
+        for name, ahead in (("engine", "off"), ("ahead", "auto"))
     )
-    text = SCENARIO.replace("POINTS", points).replace("DURATION", str(duration)) + policies
-    text = text.replace("BEHAVIOR", behavior)
-    return run_scenario(parse_scenario(text))
+    return run_scenario(parse_scenario(_scenario(points, duration) + policies))
 
 
 def test_on_a_known_ramp_the_forecast_asks_one_cold_start_ahead() -> None:
@@ -100,19 +104,13 @@ def test_steady_load_never_reverses() -> None:
         assert set(tl.desired[60:]) == {6}
 
 
-GPU_POLICY = """  - name: NAME
-    hpaSyncOffsetSeconds: 4
-    pipeline: {gpuscale: {samplingIntervalSeconds: 1, readEngines: READ}}
-    scaledObject:
-      apiVersion: keda.sh/v1alpha1
-      kind: ScaledObject
-      spec:
-        scaleTargetRef: {name: vllm}
-        minReplicaCount: 1
-        maxReplicaCount: 40
-        triggers: [{type: external, metadata: {scalerAddress: s:1, metric: gpu_utilization, targetValue: "70",
-                                               scope: workload}}]
-"""
+def _gpu_policy(name: str, read_engines: bool, max_replicas: int = 40) -> str:
+    return _policy(
+        name,
+        'metric: gpu_utilization, targetValue: "70", scope: workload',
+        pipeline=f"{{gpuscale: {{samplingIntervalSeconds: 1, readEngines: {str(read_engines).lower()}}}}}",
+        max_replicas=max_replicas,
+    )
 
 
 def test_utilization_pinned_at_100_is_uncapped_where_the_engines_are_read() -> None:
@@ -121,11 +119,8 @@ def test_utilization_pinned_at_100_is_uncapped_where_the_engines_are_read() -> N
     step's pods loading before the next utilization can say more). Where the agents also read the engines,
     the answer is the utilization the demand would take (100 % x 2 x 40 / 10 served = 800): it asks for
     ceil(800 / 70) = 12 at the first sync, reached at the legacy rate limit (2 -> 4 -> 8 -> 12)."""
-    policies = "".join(
-        GPU_POLICY.replace("NAME", n).replace("READ", r) for n, r in (("gpu", "false"), ("engines", "true"))
-    )
-    text = SCENARIO.replace("POINTS", "[[0, 6], [300, 6], [301, 40]]").replace("DURATION", "900") + policies
-    result = run_scenario(parse_scenario(text))
+    policies = _gpu_policy("gpu", read_engines=False) + _gpu_policy("engines", read_engines=True)
+    result = run_scenario(parse_scenario(_scenario("[[0, 6], [300, 6], [301, 40]]", 900) + policies))
     gpu, engines = result.timelines
     # until the first new pods are Ready (439 s): later, 12 Ready pods at 100 % draining the backlog ask
     # ceil(1200 / 70) = 18, as any utilization trigger does (a draining queue is never uncapped)
@@ -145,9 +140,7 @@ def test_the_uncapped_answer_while_the_queue_sheds_requests(counted: bool) -> No
     growth reads only what is served, and the arrivals come from the queue itself, by Little's law (2400
     waiting over the 60 s the started requests waited: 40). Either way the answer stays the demand's
     utilization, 800, as long as the overload lasts."""
-    policy = GPU_POLICY.replace("NAME", "capped").replace("READ", "true")
-    policy = policy.replace("maxReplicaCount: 40", "maxReplicaCount: 2")
-    text = SCENARIO.replace("POINTS", "[[0, 6], [300, 6], [301, 40]]").replace("DURATION", "900") + policy
+    text = _scenario("[[0, 6], [300, 6], [301, 40]]", 900) + _gpu_policy("capped", True, max_replicas=2)
     text = text.replace("requestSeconds: 4}", f"requestSeconds: 4, abortsCounted: {str(counted).lower()}}}")
     (tl,) = run_scenario(parse_scenario(text)).timelines
     assert sum(tl.unserved[400:900]) > 0  # the queue sheds requests

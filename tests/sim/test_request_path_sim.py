@@ -9,42 +9,42 @@ import pytest
 
 from gpuscale.sim import parse_scenario, run_scenario
 
-SCENARIO = """
-name: request-path
-durationSeconds: 900
-workload: {capacityPerReplica: 8, provisioningSeconds: 45, loadSeconds: 75, initialReplicas: 0,
-           maxQueueSeconds: 60, requestSeconds: 4}
-demand: {shape: spike, base: 0, value: 30, atSeconds: 203, durationSeconds: 600}
-policies:
-"""
-POLICY = """  - name: NAME
-    hpaSyncOffsetSeconds: 4
-    pipeline: {gpuscale: {samplingIntervalSeconds: 1}}
-    scaledObject:
-      apiVersion: keda.sh/v1alpha1
-      kind: ScaledObject
-      spec:
-        scaleTargetRef: {name: qwen}
-        pollingInterval: 15
-        minReplicaCount: 0
-        maxReplicaCount: 8
-        advanced:
-          horizontalPodAutoscalerConfig:
-            behavior:
-              scaleUp:
-                stabilizationWindowSeconds: 0
-                selectPolicy: Max
-                policies: [{type: Percent, value: 900, periodSeconds: 15}, {type: Pods, value: 8, periodSeconds: 15}]
-        triggers:
-          - type: external-push
-            metadata: {scalerAddress: "s:1", metric: request_rate, targetValue: "6.4"EXTRA}
+from .scenario_text import GPUSCALE, external, head, policy
+
+SCENARIO = head(
+    name="request-path",
+    duration=900,
+    workload="{capacityPerReplica: 8, provisioningSeconds: 45, loadSeconds: 75, initialReplicas: 0, "
+    "maxQueueSeconds: 60, requestSeconds: 4}",
+    demand="{shape: spike, base: 0, value: 30, atSeconds: 203, durationSeconds: 600}",
+)
+SCALE_UP = """
+advanced:
+  horizontalPodAutoscalerConfig:
+    behavior:
+      scaleUp:
+        stabilizationWindowSeconds: 0
+        selectPolicy: Max
+        policies: [{type: Percent, value: 900, periodSeconds: 15}, {type: Pods, value: 8, periodSeconds: 15}]
 """
 GATEWAY = ", requestPath: gateway:9090, requestPathFormat: envoy"
 
 
+def _text(extra: str, pipeline: str = GPUSCALE) -> str:
+    """qwen on an external-push trigger on the demand, ``extra`` added to its metadata."""
+    return SCENARIO + policy(
+        external(
+            f'{{scalerAddress: "s:1", metric: request_rate, targetValue: "6.4"{extra}}}', "external-push"
+        ),
+        target="qwen",
+        pipeline=pipeline,
+        keys=["hpaSyncOffsetSeconds: 4"],
+        spec=["pollingInterval: 15", "minReplicaCount: 0", "maxReplicaCount: 8", SCALE_UP],
+    )
+
+
 def _desired(extra: str) -> list[int]:
-    text = SCENARIO + POLICY.replace("NAME", "p").replace("EXTRA", extra)
-    (tl,) = run_scenario(parse_scenario(text)).timelines
+    (tl,) = run_scenario(parse_scenario(_text(extra))).timelines
     return list(tl.desired)
 
 
@@ -71,10 +71,7 @@ def test_without_the_request_path_nothing_at_zero_wakes_it() -> None:
 def test_a_source_seen_later_wakes_later_never_sooner() -> None:
     """The gateway's counters reach the scaler ``requestPathDelaySeconds`` late: 5 s late, the wake is 4 s
     later than at 1 s."""
-    text = SCENARIO + POLICY.replace("NAME", "p").replace("EXTRA", GATEWAY)
-    late = text.replace(
-        "samplingIntervalSeconds: 1}", "samplingIntervalSeconds: 1, requestPathDelaySeconds: 5}"
-    )
+    late = _text(GATEWAY, pipeline="{gpuscale: {samplingIntervalSeconds: 1, requestPathDelaySeconds: 5}}")
     (tl,) = run_scenario(parse_scenario(late)).timelines
     woken = next(t for t, n in enumerate(tl.desired) if n > 0)
     assert 207 <= woken <= 209

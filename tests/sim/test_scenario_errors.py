@@ -12,23 +12,13 @@ from gpuscale.errors import UsageError
 from gpuscale.scaling.profiles import ProfileSet
 from gpuscale.sim import ScenarioError, parse_scenario
 
-GOOD_POLICY = """
-  - name: p
-    pipeline: {prometheus: {signal: "avg(gpu_utilization)"}}
-    scaledObject:
-      apiVersion: keda.sh/v1alpha1
-      kind: ScaledObject
-      spec:
-        scaleTargetRef: {name: x}
-        triggers: [{type: prometheus, metadata: {serverAddress: x, query: y, threshold: "70"}}]
-"""
-HEAD = """
-name: s
-durationSeconds: 60
-workload: {capacityPerReplica: 10}
-demand: {shape: constant, value: 5}
-policies:
-"""
+from .scenario_text import GPUSCALE, external, head, policy
+
+GOOD_POLICY = policy(
+    '[{type: prometheus, metadata: {serverAddress: x, query: y, threshold: "70"}}]',
+    pipeline='{prometheus: {signal: "avg(gpu_utilization)"}}',
+)
+HEAD = head()
 
 
 def problems(text: str) -> tuple[str, ...]:
@@ -187,16 +177,7 @@ def _profiles() -> ProfileSet:
 
 
 def _gpuscale_policy(metadata: str) -> str:
-    return f"""
-  - name: g
-    pipeline: {{gpuscale: {{samplingIntervalSeconds: 1}}}}
-    scaledObject:
-      apiVersion: keda.sh/v1alpha1
-      kind: ScaledObject
-      spec:
-        scaleTargetRef: {{name: x}}
-        triggers: [{{type: external, metadata: {metadata}}}]
-"""
+    return policy(external(metadata), name="g", pipeline=GPUSCALE)
 
 
 def test_a_profile_sets_what_the_scaler_would_and_given_keys_win() -> None:

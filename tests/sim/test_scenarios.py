@@ -15,6 +15,8 @@ import pytest
 from gpuscale.cli import simulate
 from gpuscale.sim import parse_scenario, run_scenario
 
+from .scenario_text import head, policy
+
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 
@@ -152,30 +154,24 @@ def _changes(desired: Sequence[int]) -> list[tuple[int, int]]:
     return [(t, desired[t]) for t in range(1, len(desired)) if desired[t] != desired[t - 1]]
 
 
-PUSH_FALSE = """
-name: push-false
-durationSeconds: 200
-workload: {capacityPerReplica: 5, provisioningSeconds: 0, loadSeconds: 0, initialReplicas: 2}
-demand: {shape: step, before: 8, after: 1, atSeconds: 105}
-policies:
-  - name: prometheus-and-push
-    pipeline:
-      prometheus: {signal: demand}
-    scaledObject:
-      apiVersion: keda.sh/v1alpha1
-      kind: ScaledObject
-      metadata: {name: w}
-      spec:
-        scaleTargetRef: {name: w}
-        minReplicaCount: 0
-        cooldownPeriod: 10
-        pollingInterval: 30
-        triggers:
-          - type: prometheus
-            metadata: {serverAddress: http://p, query: q, threshold: "4", activationThreshold: "0"}
-          - type: external-push
-            metadata: {scalerAddress: s:1, targetValue: "70", activationValue: "50"}
-"""
+PUSH_FALSE = head(
+    name="push-false",
+    duration=200,
+    workload="{capacityPerReplica: 5, provisioningSeconds: 0, loadSeconds: 0, initialReplicas: 2}",
+    demand="{shape: step, before: 8, after: 1, atSeconds: 105}",
+) + policy(
+    """
+    - type: prometheus
+      metadata: {serverAddress: http://p, query: q, threshold: "4", activationThreshold: "0"}
+    - type: external-push
+      metadata: {scalerAddress: s:1, targetValue: "70", activationValue: "50"}
+    """,
+    name="prometheus-and-push",
+    target="w",
+    metadata="{name: w}",
+    pipeline="{prometheus: {signal: demand}}",
+    spec=["minReplicaCount: 0", "cooldownPeriod: 10", "pollingInterval: 30"],
+)
 
 
 def test_a_pushed_false_never_deactivates_a_workload_another_trigger_keeps_active() -> None:
@@ -185,29 +181,21 @@ def test_a_pushed_false_never_deactivates_a_workload_another_trigger_keeps_activ
     assert min(tl.desired) > 0
 
 
-FALLBACK = """
-name: fallback
-durationSeconds: 120
-workload: {capacityPerReplica: 5, provisioningSeconds: 0, loadSeconds: 0, initialReplicas: 2}
-demand: {shape: constant, value: 5}
-policies:
-  - name: query-returns-nothing
-    kedaPollOffsetSeconds: 20
-    pipeline:
-      prometheus: {signal: avg(gpu_utilization), scrapeIntervalSeconds: 30, rangeSeconds: 1, scrapeOffsetSeconds: 29}
-    scaledObject:
-      apiVersion: keda.sh/v1alpha1
-      kind: ScaledObject
-      metadata: {name: w}
-      spec:
-        scaleTargetRef: {name: w}
-        minReplicaCount: 1
-        fallback: {failureThreshold: 3, replicas: 6}
-        triggers:
-          - type: prometheus
-            metricType: Value
-            metadata: {serverAddress: http://p, query: q, threshold: "70", ignoreNullValues: "false"}
-"""
+FALLBACK = head(
+    name="fallback",
+    duration=120,
+    workload="{capacityPerReplica: 5, provisioningSeconds: 0, loadSeconds: 0, initialReplicas: 2}",
+) + policy(
+    '[{type: prometheus, metricType: Value, metadata: {serverAddress: http://p, query: q, threshold: "70", '
+    'ignoreNullValues: "false"}}]',
+    name="query-returns-nothing",
+    target="w",
+    metadata="{name: w}",
+    keys=["kedaPollOffsetSeconds: 20"],
+    pipeline="{prometheus: {signal: avg(gpu_utilization), scrapeIntervalSeconds: 30, rangeSeconds: 1, "
+    "scrapeOffsetSeconds: 29}}",
+    spec=["minReplicaCount: 1", "fallback: {failureThreshold: 3, replicas: 6}"],
+)
 
 
 def test_fallback_reaches_the_hpa_after_more_than_failure_threshold_failures() -> None:
@@ -219,28 +207,20 @@ def test_fallback_reaches_the_hpa_after_more_than_failure_threshold_failures() -
     assert _changes(tl.desired) == [(30, 4), (45, 6)]
 
 
-IDLE = """
-name: idle
-durationSeconds: 400
-workload: {capacityPerReplica: 5, provisioningSeconds: 0, loadSeconds: 0, initialReplicas: 3}
-demand: {shape: constant, value: 0}
-policies:
-  - name: idle
-    newScaledObject: NEW
-    pipeline:
-      prometheus: {signal: demand}
-    scaledObject:
-      apiVersion: keda.sh/v1alpha1
-      kind: ScaledObject
-      metadata: {name: w}
-      spec:
-        scaleTargetRef: {name: w}
-        minReplicaCount: 0
-        initialCooldownPeriod: 0
-        triggers:
-          - type: prometheus
-            metadata: {serverAddress: http://p, query: q, threshold: "4"}
-"""
+IDLE = head(
+    name="idle",
+    duration=400,
+    workload="{capacityPerReplica: 5, provisioningSeconds: 0, loadSeconds: 0, initialReplicas: 3}",
+    demand="{shape: constant, value: 0}",
+) + policy(
+    '[{type: prometheus, metadata: {serverAddress: http://p, query: q, threshold: "4"}}]',
+    name="idle",
+    target="w",
+    metadata="{name: w}",
+    keys=["newScaledObject: NEW"],
+    pipeline="{prometheus: {signal: demand}}",
+    spec=["minReplicaCount: 0", "initialCooldownPeriod: 0"],
+)
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,8 @@ from gpuscale.sim import ScenarioError, parse_scenario, run_scenario
 from gpuscale.sim.pipeline import Signal, evaluate_scalar, parse_signal, per_pod_values
 from gpuscale.sim.workload import EngineQueue, Observation, Pod, Workload, observe
 
+from .scenario_text import head, policy
+
 W = Workload(
     "w", "requests/s", 5.0, load_seconds=100, request_seconds=4.0, base_ttft_seconds=0.1, max_queue_seconds=60
 )
@@ -73,26 +75,19 @@ def test_with_no_ready_pod_an_engine_query_is_empty() -> None:
     assert evaluate_scalar(_sig("avg(gpu_utilization)"), [loading]) == 0.0
 
 
-QUEUE_POLICY = """
-name: queue
-durationSeconds: 200
-workload: {capacityPerReplica: 5, provisioningSeconds: 0, loadSeconds: 300, initialReplicas: 2, maxQueueSeconds: 60}
-demand: {shape: step, before: 6, after: 40, atSeconds: 10}
-policies:
-  - name: prometheus-vllm-queue
-    pipeline:
-      prometheus: {exporterIntervalSeconds: 1, scrapeIntervalSeconds: 30, scrapeOffsetSeconds: 0, signal: sum(queue)}
-    scaledObject:
-      apiVersion: keda.sh/v1alpha1
-      kind: ScaledObject
-      spec:
-        scaleTargetRef: {name: vllm}
-        minReplicaCount: 1
-        maxReplicaCount: 50
-        triggers:
-          - type: prometheus
-            metadata: {serverAddress: http://p, query: "sum(vllm:num_requests_waiting)", threshold: "5"}
-"""
+QUEUE_POLICY = head(
+    name="queue",
+    duration=200,
+    workload="{capacityPerReplica: 5, provisioningSeconds: 0, loadSeconds: 300, initialReplicas: 2, maxQueueSeconds: 60}",
+    demand="{shape: step, before: 6, after: 40, atSeconds: 10}",
+) + policy(
+    '[{type: prometheus, metadata: {serverAddress: http://p, query: "sum(vllm:num_requests_waiting)", threshold: "5"}}]',
+    name="prometheus-vllm-queue",
+    target="vllm",
+    pipeline="{prometheus: {exporterIntervalSeconds: 1, scrapeIntervalSeconds: 30, scrapeOffsetSeconds: 0, "
+    "signal: sum(queue)}}",
+    spec=["minReplicaCount: 1", "maxReplicaCount: 50"],
+)
 
 
 def test_a_prometheus_trigger_on_the_waiting_requests_reads_the_queue_at_the_last_scrape() -> None:

@@ -11,6 +11,8 @@ import pytest
 from gpuscale.sim import parse_scenario, run_scenario
 from gpuscale.sim.workload import EngineQueue, Pod, Workload, observe
 
+from .scenario_text import head, policy
+
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 
@@ -120,23 +122,18 @@ def test_no_queue_keeps_the_unserved_share_of_the_model_without_one() -> None:
 def test_a_queue_serves_a_shortfall_once_capacity_arrives() -> None:
     """A 60 s step above capacity: without a queue its excess is lost; with 120 s of patience it waits, and the
     replicas that arrive serve it; every request is served or unserved, none counted twice."""
-    text = """
-name: q
-durationSeconds: 400
-workload: {capacityPerReplica: 5, provisioningSeconds: 0, loadSeconds: 30, initialReplicas: 2,
-           maxQueueSeconds: PATIENCE}
-demand: {shape: step, before: 5, after: 15, atSeconds: 100, untilSeconds: 160}
-policies:
-  - name: p
-    pipeline: {prometheus: {signal: demand, exporterIntervalSeconds: 1, scrapeIntervalSeconds: 1}}
-    scaledObject:
-      apiVersion: keda.sh/v1alpha1
-      kind: ScaledObject
-      spec:
-        scaleTargetRef: {name: w}
-        minReplicaCount: 1
-        triggers: [{type: prometheus, metadata: {serverAddress: x, query: y, threshold: "5"}}]
-"""
+    text = head(
+        name="q",
+        duration=400,
+        workload="{capacityPerReplica: 5, provisioningSeconds: 0, loadSeconds: 30, initialReplicas: 2, "
+        "maxQueueSeconds: PATIENCE}",
+        demand="{shape: step, before: 5, after: 15, atSeconds: 100, untilSeconds: 160}",
+    ) + policy(
+        '[{type: prometheus, metadata: {serverAddress: x, query: y, threshold: "5"}}]',
+        target="w",
+        pipeline="{prometheus: {signal: demand, exporterIntervalSeconds: 1, scrapeIntervalSeconds: 1}}",
+        spec=["minReplicaCount: 1"],
+    )
     lost = run_scenario(parse_scenario(text.replace("PATIENCE", "0")))
     kept = run_scenario(parse_scenario(text.replace("PATIENCE", "120")))
     (tl0,), (s0,) = lost.timelines, lost.summaries
