@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing
 import os
 import sys
@@ -19,7 +20,9 @@ from ..scaling.profiles import ProfileSet
 from ..sim import Result, Scenario, ScenarioError, parse_scenario, run_scenario, write_outputs
 from ..sim.compare import STANDARD_SET, rows, table_text
 from ..sim.report import write_set
+from ..sim.tokenreport import token_table
 from ._options import profiles_from_option
+from .simulate_requests import add_arguments, open_beside, requests_scenario
 
 __all__ = ["register"]
 
@@ -31,7 +34,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Run every policy of a scenario file through a faithful model of the HPA, KEDA, the "
         "metric pipeline and the workload (the engines' queue, pods starting in phases); print the "
         "comparison table and write timeline.csv, summary.json and plot.png. With --set, do it for each "
-        "trace of the standard set and write table.md, table.json and set.png. Format: docs/simulator.md.",
+        "trace of the standard set and write table.md, table.json and set.png. With --requests, on a request "
+        "log, each replica modelled by tokens, and write the scenario used. Format: docs/simulator.md.",
     )
     parser.add_argument("scenario", type=Path, nargs="?", help="scenario YAML file")
     parser.add_argument(
@@ -56,6 +60,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="with --set, simulate up to N traces at once, each in a process of its own (default: the "
         "CPUs this process may use, at most the set's size; 1: one after another in this process)",
     )
+    add_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -130,9 +135,49 @@ def _load(path: Path, profiles: ProfileSet) -> Scenario:
         return read_text(path.parent / name, "demand file")
 
     try:
-        return parse_scenario(text, source=str(path), read_text=read_named, profiles=profiles)
+        return parse_scenario(
+            text,
+            source=str(path),
+            read_text=read_named,
+            profiles=profiles,
+            open_lines=functools.partial(open_beside, path.parent),
+        )
     except ScenarioError as e:
         raise UsageError(str(e)) from None
+
+
+_REQUESTS_FLAGS = (
+    ("--profile", "profile"),
+    ("--preset", "preset"),
+    ("--rate-scale", "rate_scale"),
+    ("--time-scale", "time_scale"),
+    ("--seed", "seed"),
+    ("--format", "log_format_"),
+)
+
+
+def _run_one(result: Result, out: Path) -> None:
+    """Write one scenario's outputs and print its table (and the token model's latencies, if it ran)."""
+    try:
+        outputs = write_outputs(result, out)
+    except OSError as e:
+        raise UsageError(f'--out "{out}": cannot write there: {e.strerror or e}') from None
+    print(f"{result.scenario.name}:")
+    print(table_text(rows([result]), with_trace=False))
+    latencies = token_table(result.timelines)
+    if latencies:
+        print()
+        print(latencies)
+    print(f"wrote {outputs.timeline}")
+    print(f"wrote {outputs.summary}")
+    print(f"wrote {outputs.plot}" if outputs.plot is not None else f"no plot.png: {plotting.MISSING}")
+
+
+def _run_requests(args: argparse.Namespace) -> int:
+    scenario, written = requests_scenario(args, _profiles(args))
+    print(f"wrote {written}")
+    _run_one(run_scenario(scenario), args.out)
+    return 0
 
 
 def _set_paths(directory: Path) -> list[Path]:
@@ -147,6 +192,11 @@ def _set_paths(directory: Path) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.requests is not None:
+        return _run_requests(args)
+    extra = [f for f, v in _REQUESTS_FLAGS if getattr(args, v) is not None]
+    if extra:
+        raise UsageError(f"{extra[0]}: only with --requests")
     if (args.scenario is None) == (args.set_dir is None):
         raise UsageError("simulate: give a scenario file or --set DIR, not both and not neither")
     if args.jobs is not None and args.set_dir is None:
@@ -154,16 +204,7 @@ def run(args: argparse.Namespace) -> int:
     profiles = _profiles(args)
     out: Path = args.out
     if args.scenario is not None:
-        result = run_scenario(_load(args.scenario, profiles))
-        try:
-            outputs = write_outputs(result, out)
-        except OSError as e:
-            raise UsageError(f'--out "{out}": cannot write there: {e.strerror or e}') from None
-        print(f"{result.scenario.name}:")
-        print(table_text(rows([result]), with_trace=False))
-        print(f"wrote {outputs.timeline}")
-        print(f"wrote {outputs.summary}")
-        print(f"wrote {outputs.plot}" if outputs.plot is not None else f"no plot.png: {plotting.MISSING}")
+        _run_one(run_scenario(_load(args.scenario, profiles)), out)
         return 0
     scenarios = [_load(p, profiles) for p in _set_paths(args.set_dir)]
     results = _run_set(scenarios, args.jobs or _cpus())

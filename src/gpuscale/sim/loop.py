@@ -19,17 +19,20 @@ scaler.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from ..scaling.coldstart import ColdStarts
 from ..scaling.requestpath import PathReading
 from ..scaling.view import PodStart, learn_cold_starts
+from .batching import TokenEngines, TokenTimeline, token_observation
 from .controller import reconcile
 from .hpa import ControllerConfig, ExternalReading, HpaState, MetricReading, PodInfo, PodsReading, ScaleTarget
 from .keda import KedaState, ScaledObjectSpec, fallback_milli, request_scale
 from .pipeline import per_pod_values
 from .policy import Policy, Timeline, oracle_replicas
 from .quantity import keda_milli
+from .requests import Request
 from .run import RunState, sampled
 from .scaler import PATH_KEPT, WORKLOAD, reads_engines, sample_gpus, trigger_value
 from .workload import EngineQueue, Observation, Pod, Served, Workload, observe, scale_pods
@@ -118,14 +121,20 @@ def _keda_poll(policy: Policy, so: ScaledObjectSpec, run: RunState, t: int, push
 
 
 def simulate(
-    policy: Policy, workload: Workload, demand: tuple[float, ...], config: ControllerConfig
+    policy: Policy,
+    workload: Workload,
+    demand: tuple[float, ...],
+    config: ControllerConfig,
+    requests: Iterator[Sequence[Request]] | None = None,
 ) -> Timeline:
-    """Run ``policy`` against ``demand`` (one value per second) and return the per-second timeline."""
+    """Run ``policy`` against ``demand`` (one value per second) and return the per-second timeline;
+    ``requests``: each second's requests, for the token model (``workload.replica_model`` "tokens")."""
     run = _start(policy, workload)
     plan = _Plan.of(policy, workload)
     columns = _Columns()
     for t, d in enumerate(demand):
-        ready, capacity, step, obs = _serve(run, workload, plan, t, d)
+        arrivals = next(requests, ()) if requests is not None else ()
+        ready, capacity, step, obs = _serve(run, workload, plan, t, d, arrivals)
         if plan.has_gpuscale:
             sample_gpus(policy, run, obs, t, plan.memory_total, plan.engines_read)
         _control(policy, run, workload, config, plan, t, d, step.waiting)
@@ -155,6 +164,8 @@ def _start(policy: Policy, workload: Workload) -> RunState:
     run.queue = EngineQueue(workload.max_queue_seconds)
     run.cold_starts = cold_starts
     run.aborts_counted = workload.aborts_counted
+    if workload.replica_model == "tokens" and workload.tokens is not None:
+        run.tokens = TokenEngines(workload.tokens, workload.max_queue_seconds)
     return run
 
 
@@ -184,20 +195,25 @@ class _Plan:
 
 
 def _serve(
-    run: RunState, workload: Workload, plan: _Plan, t: int, d: float
+    run: RunState, workload: Workload, plan: _Plan, t: int, d: float, arrivals: Sequence[Request]
 ) -> tuple[int, float, Served, Observation]:
-    """Second ``t``: the Ready pods serve the demand ``d`` through the engines' queue, the request path
-    counts it, and the true state is recorded. Returns the Ready pods, their capacity, the queue's step
-    and the observation."""
+    """Second ``t``: the Ready pods serve the demand ``d`` through the engines' queue (or the token model's
+    engines, ``arrivals`` its requests), the request path counts it, and the true state is recorded. Returns
+    the Ready pods, their capacity, the queue's step and the observation."""
     ready = sum(1 for p in run.pods if t >= p.ready_at)
     capacity = ready * workload.capacity_per_replica
-    step = run.queue.step(t, d, capacity)
+    if run.tokens is not None:
+        sec = run.tokens.second(t, arrivals, [p.name for p in run.pods if t >= p.ready_at])
+        run.token_seconds.append(sec)
+        step, obs = token_observation(run.pods, d, workload, t, sec)
+    else:
+        step = run.queue.step(t, d, capacity)
+        obs = observe(run.pods, d, workload, t, step)
     if plan.reads_path:
         run.arrived += d
         run.path.append(PathReading(float(t), run.arrived, step.waiting if ready == 0 else 0.0))
         if len(run.path) > 2 * PATH_KEPT:
             del run.path[:PATH_KEPT]
-    obs = observe(run.pods, d, workload, t, step)
     if run.history and _same(run.history[-1], obs):
         obs = replace(obs, ready=run.history[-1].ready, loading=run.history[-1].loading)
     run.history.append(obs)
@@ -287,6 +303,7 @@ class _Columns:
 
     def timeline(self, name: str, run: RunState) -> Timeline:
         cols = self.cols
+        engines = run.tokens
         return Timeline(
             policy=name,
             demand=tuple(cols[0]),
@@ -301,8 +318,9 @@ class _Columns:
             waiting=tuple(cols[9]),
             kv_cache=tuple(cols[10]),
             ttft=tuple(cols[11]),
-            delays=tuple(sorted(run.queue.delays.items())),
-            waiting_at_end=run.queue.waiting,
+            delays=tuple(sorted((engines or run.queue).delays.items())),
+            waiting_at_end=(engines or run.queue).waiting,
+            tokens=TokenTimeline.of(run.token_seconds, engines) if engines is not None else None,
         )
 
 

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .batching import TokenTimeline
 from .faults import Fault
 from .hpa import HpaSpec
 from .keda import ScaledObjectSpec, TriggerSpec
@@ -98,3 +99,4 @@ class Timeline:
     ttft: tuple[float, ...]
     delays: tuple[tuple[int, float], ...]
     waiting_at_end: float
+    tokens: TokenTimeline | None = None  # the token model's series (workload.replicaModel tokens)

@@ -18,8 +18,10 @@ from pathlib import Path
 from .. import plotting
 from .loop import simulate
 from .policy import Timeline
+from .requests import RequestsDemand
 from .scenario import Scenario
 from .summary import Summary, summarize
+from .tokenreport import TOKEN_COLUMNS, token_cells, token_summary
 from .workload import demand_series, step_time
 
 __all__ = ["Outputs", "Result", "SetOutputs", "run_scenario", "write_outputs", "write_set"]
@@ -69,7 +71,18 @@ def run_scenario(scenario: Scenario) -> Result:
     step_at = scenario.step_at_seconds
     if step_at is None:
         step_at = step_time(scenario.demand, demand)
-    timelines = tuple(simulate(p, scenario.workload, demand, scenario.controller) for p in scenario.policies)
+    shape = scenario.demand
+    duration = scenario.duration_seconds
+    timelines = tuple(
+        simulate(
+            p,
+            scenario.workload,
+            demand,
+            scenario.controller,
+            shape.per_second(duration) if isinstance(shape, RequestsDemand) else None,
+        )
+        for p in scenario.policies
+    )
     summaries = tuple(summarize(tl, scenario.workload.gpus_per_replica, step_at) for tl in timelines)
     return Result(scenario, timelines, summaries)
 
@@ -84,9 +97,10 @@ def write_outputs(result: Result, out_dir: Path, policies: Sequence[str] = ()) -
     out_dir.mkdir(parents=True, exist_ok=True)
     step = result.scenario.timeline_step_seconds
     timeline_path = out_dir / "timeline.csv"
+    tokens = any(tl.tokens is not None for tl in result.timelines)
     with timeline_path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
-        writer.writerow(TIMELINE_COLUMNS)
+        writer.writerow(TIMELINE_COLUMNS + (TOKEN_COLUMNS if tokens else ()))
         for tl in result.timelines:
             for t in range(0, len(tl.demand), step):
                 writer.writerow(
@@ -105,6 +119,7 @@ def write_outputs(result: Result, out_dir: Path, policies: Sequence[str] = ()) -
                         _fmt(tl.waiting[t]),
                         _fmt(tl.kv_cache[t]),
                         _fmt(tl.ttft[t]),
+                        *token_cells(tl, t),
                     )
                 )
     summary_path = out_dir / "summary.json"
@@ -112,7 +127,10 @@ def write_outputs(result: Result, out_dir: Path, policies: Sequence[str] = ()) -
         "scenario": result.scenario.name,
         "durationSeconds": result.scenario.duration_seconds,
         "workload": result.scenario.workload.name,
-        "policies": {s.policy: s.as_dict() for s in result.summaries},
+        "policies": {
+            s.policy: s.as_dict() | token_summary(tl)
+            for s, tl in zip(result.summaries, result.timelines, strict=True)
+        },
     }
     summary_path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     if not plotting.available():

@@ -9,6 +9,7 @@ from ..scaling.capacity import Capacities
 from ..scaling.coldstart import ColdStarts
 from ..scaling.engine import PodValueMemo
 from ..scaling.requestpath import PathReading
+from .batching import TokenEngines, TokenSecond
 from .faults import Fault
 from .hpa import HpaState
 from .keda import KedaState
@@ -57,6 +58,9 @@ class RunState:
     arrived: float = 0.0
     # a replica's capacity as the scaler learns it while requests wait (request_rate triggers)
     capacities: Capacities = field(default_factory=Capacities)
+    # the token model's engines (workload.replica_model "tokens"), in place of ``queue``, and its seconds
+    tokens: TokenEngines | None = None
+    token_seconds: list[TokenSecond] = field(default_factory=list)
 
 
 def sampled(run: RunState, times: tuple[int, ...]) -> list[Observation]:

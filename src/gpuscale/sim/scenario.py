@@ -19,6 +19,7 @@ import yaml
 from ..errors import UnreadableFile
 from ..scaling.profiles import ProfileSet
 from ._check import Checker
+from ._requests_scenario import REQUESTS_FIELDS, OpenLines, finish_workload, parse_requests, parse_tokens
 from .errors import ScenarioError
 from .hpa import ControllerConfig
 from .manifests import parse_policy
@@ -37,7 +38,7 @@ from .workload import (
 __all__ = ["Scenario", "parse_scenario"]
 
 MAX_DURATION = 7 * 86400
-_SHAPES = ("constant", "step", "spike", "diurnal", "points", "csv", "bursts")
+_SHAPES = ("constant", "step", "spike", "diurnal", "points", "csv", "bursts", "requests")
 
 
 @dataclass(frozen=True)
@@ -91,11 +92,20 @@ def _workload(c: Checker, doc: dict[str, object]) -> Workload:
             "baseTtftSeconds",
             "gpuMemoryGiB",
             "modelMemoryGiB",
+            "replicaModel",
+            "tokens",
         ),
     )
     unit = c.string(raw, "demandUnit", p, default="requests/s", choices=("requests/s", "gpu-seconds/s"))
     gpus = c.integer(raw, "gpusPerReplica", p, default=1, minimum=1)
+    demand = doc.get("demand")
+    log = isinstance(demand, dict) and demand.get("shape") == "requests"
+    replica_model = c.string(
+        raw, "replicaModel", p, default="tokens" if log else "requests", choices=("requests", "tokens")
+    )
     default_capacity = float(gpus) if unit == "gpu-seconds/s" else None
+    if replica_model == "tokens":
+        default_capacity = math.nan  # derived from the log and the model (finish_workload)
     memory = c.number(raw, "gpuMemoryGiB", p, default=80.0, minimum=0, exclusive=True)
     model: float | None = None
     if raw.get("modelMemoryGiB") is not None:
@@ -120,6 +130,8 @@ def _workload(c: Checker, doc: dict[str, object]) -> Workload:
         base_ttft_seconds=c.number(raw, "baseTtftSeconds", p, default=0.1, minimum=0),
         gpu_memory_gib=memory,
         model_memory_gib=model,
+        replica_model=cast(Literal["requests", "tokens"], replica_model),
+        tokens=parse_tokens(c, raw, p),
     )
 
 
@@ -228,7 +240,11 @@ def _bursts(c: Checker, raw: dict[str, object], path: str, until: int) -> Bursts
 
 
 def _demand(
-    c: Checker, doc: dict[str, object], read_text: Callable[[str], str] | None, duration: int
+    c: Checker,
+    doc: dict[str, object],
+    read_text: Callable[[str], str] | None,
+    duration: int,
+    open_lines: OpenLines | None = None,
 ) -> tuple[DemandShape, int | None]:
     raw = c.mapping(doc, "demand", "", required=True) or {"shape": "constant", "value": 0}
     p = "demand"
@@ -249,6 +265,7 @@ def _demand(
             "startSeconds",
             "seed",
         ),
+        "requests": REQUESTS_FIELDS,
     }[shape]
     c.known(raw, p, ("shape", "stepAtSeconds", *fields))
     step_at = raw.get("stepAtSeconds")
@@ -281,6 +298,8 @@ def _demand(
         result = DiurnalDemand(low, high, sec("periodSeconds", 86400, 60), sec("peakAtSeconds", 50400))
     elif shape == "bursts":
         result = _bursts(c, raw, p, duration)
+    elif shape == "requests":
+        result = parse_requests(c, raw, p, open_lines, duration)
     elif shape == "points":
         result = PointsDemand(
             _points(c, c.sequence(raw, "points", p, required=True), f"{p}.points"), interpolation
@@ -296,10 +315,13 @@ def parse_scenario(
     source: str = "scenario",
     read_text: Callable[[str], str] | None = None,
     profiles: ProfileSet | None = None,
+    open_lines: OpenLines | None = None,
 ) -> Scenario:
     """Parse a scenario; ``read_text(path)`` reads files it names (demand CSVs), relative to the scenario
-    (raising ``UnreadableFile``, as ``gpuscale.files.read_text`` does, or ``OSError``); ``profiles`` are
-    what a gpuscale trigger's ``profile`` may name (default: the built-in ones)."""
+    (raising ``UnreadableFile``, as ``gpuscale.files.read_text`` does, or ``OSError``); ``open_lines(path)``
+    streams a request log's lines (each call a fresh iterator; ``OSError`` and ``UnicodeDecodeError`` while
+    iterating are reported as the log's); ``profiles`` are what a gpuscale trigger's ``profile`` may name
+    (default: the built-in ones)."""
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -332,7 +354,8 @@ def parse_scenario(
     step_out = c.integer(doc, "timelineStepSeconds", "", default=1, minimum=1)
     controller = _cluster(c, doc)
     workload = _workload(c, doc)
-    demand, step_at = _demand(c, doc, read_text, duration)
+    demand, step_at = _demand(c, doc, read_text, duration, open_lines)
+    workload = finish_workload(c, workload, demand)
     policies = [
         parse_policy(c, raw, f"policies[{i}]", profiles)
         for i, raw in enumerate(c.sequence(doc, "policies", "", required=True))

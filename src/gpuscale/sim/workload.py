@@ -25,6 +25,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .requests import RequestsDemand
+from .tokens import TokenParams
+
 __all__ = [
     "BurstsDemand",
     "ConstantDemand",
@@ -69,6 +72,10 @@ class Workload:
     # what the engine holds on each of its GPUs once loaded (weights + KV cache); None: 90 % of the GPU,
     # vLLM's --gpu-memory-utilization default
     model_memory_gib: float | None = None
+    # how a replica serves: "requests" (capacity_per_replica requests/s, the EngineQueue) or "tokens"
+    # (continuous batching by tokens, ``batching.TokenEngines``, with ``tokens``' parameters; a request log)
+    replica_model: Literal["requests", "tokens"] = "requests"
+    tokens: TokenParams | None = None
 
     @property
     def loaded_memory_percent(self) -> float:
@@ -208,7 +215,9 @@ class BurstsDemand:
         return self._values[max(0, bisect.bisect_right(self._starts, t) - 1)]
 
 
-DemandShape = ConstantDemand | StepDemand | SpikeDemand | DiurnalDemand | PointsDemand | BurstsDemand
+DemandShape = (
+    ConstantDemand | StepDemand | SpikeDemand | DiurnalDemand | PointsDemand | BurstsDemand | RequestsDemand
+)
 
 
 def demand_series(shape: DemandShape, duration: int) -> tuple[float, ...]:
