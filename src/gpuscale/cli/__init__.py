@@ -16,7 +16,7 @@ from ..logs import LOG_FORMATS, configure_logging
 __all__ = ["main"]
 
 # Sub-commands, in the order ``gpuscale --help`` lists them.
-COMMANDS = ("probe", "agent", "scaler", "query", "simulate", "render", "demo")
+COMMANDS = ("probe", "agent", "scaler", "query", "simulate", "calibrate", "render", "demo")
 
 
 def command_in(argv: Sequence[str]) -> str | None:
