@@ -32,6 +32,7 @@ STANDARD_SET = (
     "spike-after-idle",
     "bursts-after-idle",
     "azure-conv",
+    "azure-conv-tokens",
     "llm-step-slow-replica",
 )
 # The policies every trace of the set compares.
