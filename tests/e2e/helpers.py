@@ -338,3 +338,64 @@ class ModelLoading:
             {"status": {"conditions": conditions, "containerStatuses": containers}},
         )
         self.loading.add(name)
+
+
+class ReplicaRecord:
+    """Every ``spec.replicas`` the API server records for Deployment ``namespace/name`` while it runs: in a
+    background thread, the Deployment read every ``interval`` s, each new ``metadata.generation`` kept with
+    its ``spec.replicas`` and the ``time.monotonic()`` it was first read at (``seen``). Every change of the
+    spec bumps the generation by one, so a generation skipped between two reads is a change that was never
+    seen (``unseen``): the record is complete, or says where it is not. A read that fails (the API server
+    restarting, etcd paused) is tried again; nothing can change the record meanwhile. A context manager."""
+
+    def __init__(self, client: KubeClient, namespace: str, name: str, interval: float = 0.2) -> None:
+        self.client, self.namespace, self.name, self.interval = client, namespace, name, interval
+        self.seen: list[tuple[float, int, int]] = []  # (first read at, generation, spec.replicas)
+        self.unseen: list[tuple[int, int]] = []  # (last generation seen, the next one read)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"replicas {namespace}/{name}", daemon=True)
+
+    def __enter__(self) -> ReplicaRecord:
+        self._read()  # the first entry before the caller goes on
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._stop.set()
+        self._thread.join(15)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self._read()
+            except Exception:  # the API server down or slow: the generation says what was missed
+                continue
+
+    def _read(self) -> None:
+        obj = self.client.get(f"/apis/apps/v1/namespaces/{self.namespace}/deployments/{self.name}")
+        generation, replicas = int(obj["metadata"]["generation"]), int(obj["spec"].get("replicas", 1))
+        now = time.monotonic()
+        with self._lock:
+            last = self.seen[-1][1] if self.seen else None
+            if last is not None and generation <= last:
+                return
+            if last is not None and generation > last + 1:
+                self.unseen.append((last, generation))
+            self.seen.append((now, generation, replicas))
+
+    def between(self, start: float, end: float) -> list[int]:
+        """The values of ``spec.replicas`` in force from ``start`` to ``end`` (``time.monotonic()``), in order:
+        the one in force at ``start``, then each new one read up to ``end``."""
+        with self._lock:
+            seen = list(self.seen)
+        before = [r for t, _, r in seen if t <= start][-1:]
+        return before + [r for t, _, r in seen if start < t <= end]
+
+    def unseen_between(self, start: float, end: float) -> list[tuple[int, int]]:
+        """The generations skipped by reads from ``start`` to ``end``: changes of the spec never seen."""
+        with self._lock:
+            gens = {g: t for t, g, _ in self.seen}
+            return [(a, b) for a, b in self.unseen if start < gens[b] <= end]

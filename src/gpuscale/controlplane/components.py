@@ -2,7 +2,8 @@
 ``<log_dir>/<name>.log``, checked, stopped with a grace period or killed as a crash would end it; and the HTTP
 probe a component's readiness is read by. ``Process.failed`` is the one ``ComponentFailed`` a component
 raises, when it exits or is not ready in time: it names the component and carries the last lines of its log,
-so a failure says which and why.
+so a failure says which and why. For fault tests a process can be paused (SIGSTOP: hung, its sockets open) and
+resumed, and started ``again`` with the same command, environment and log.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ class Process:
     name: str
     popen: subprocess.Popen[bytes]
     log_path: Path
+    args: tuple[str, ...] = ()
+    env: dict[str, str] | None = None
 
     @property
     def running(self) -> bool:
@@ -47,10 +50,23 @@ class Process:
             self.popen.kill()
         self.popen.wait()
 
+    def pause(self) -> None:
+        """SIGSTOP: it keeps its sockets open and answers nothing, as a hung process would."""
+        self.popen.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT, after ``pause``."""
+        self.popen.send_signal(signal.SIGCONT)
+
+    def again(self) -> Process:
+        """The same command started anew (after ``stop`` or ``kill``), its output appended to the same log."""
+        return start_process(self.name, self.args, self.log_path.parent, self.env)
+
     def stop(self, grace_s: float = 5.0) -> None:
         if self.popen.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.popen.send_signal(signal.SIGTERM)
+                self.popen.send_signal(signal.SIGCONT)  # a paused process takes its SIGTERM once resumed
             try:
                 self.popen.wait(grace_s)
             except subprocess.TimeoutExpired:
@@ -73,7 +89,7 @@ def start_process(
             start_new_session=True,
             env={**os.environ, **(env or {})},
         )
-    return Process(name, popen, log_path)
+    return Process(name, popen, log_path, tuple(args), env)
 
 
 def http_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool | None:

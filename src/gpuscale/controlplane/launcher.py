@@ -38,6 +38,7 @@ KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 GPU_RESOURCE = "nvidia.com/gpu"
 KEDA_NAMESPACE = "keda"
 APISERVICE = "v1beta1.external.metrics.k8s.io"
+EXTERNAL_METRICS = "/apis/external.metrics.k8s.io/v1beta1"  # the APIService's group version, as served
 # kube-controller-manager's --controllers (its names: cmd/kube-controller-manager/names/controller_names.go)
 CONTROLLERS = (
     "deployment-controller",
@@ -117,6 +118,8 @@ class ControlPlane:
         self.kubeconfig = workdir / "admin.kubeconfig"
         self._client: KubeClient | None = None
         self.ports: dict[str, int] = {}
+        # a component's readiness check (what, probe, timeout), kept for restart()
+        self._ready: dict[str, tuple[str, Any, float]] = {}
 
     # ----- what callers use
     @property
@@ -131,6 +134,18 @@ class ControlPlane:
         """Raise ``ComponentFailed`` for the first component that has exited."""
         for p in self.processes:
             p.check()
+
+    def restart(self, name: str) -> Process:
+        """Start component ``name`` again with the same command, ports and log (stopping it first if it
+        runs: SIGTERM, SIGKILL after 5 s) and wait until it is ready as at start; KEDA's adapter: until the
+        aggregator reaches it. What it held in memory is lost. Returns the new process."""
+        i, old = next((i, p) for i, p in enumerate(self.processes) if p.name == name)
+        old.stop()
+        new = old.again()
+        self.processes[i] = new
+        what, probe, timeout = self._ready[name]
+        self._wait(new, what, probe, timeout)
+        return new
 
     def __enter__(self) -> ControlPlane:
         self.start()
@@ -166,6 +181,8 @@ class ControlPlane:
         self.processes.clear()
 
     def _wait(self, proc: Process, what: str, probe: Any, timeout: float) -> None:
+        self._ready.setdefault(proc.name, (what, probe, timeout))
+
         def checked() -> object | None:
             proc.check()
             result: object | None = probe()
@@ -363,6 +380,12 @@ class ControlPlane:
             return True if any(c["type"] == "Available" and c["status"] == "True" for c in conds) else None
 
         self._wait(adapter, f"APIService {APISERVICE} Available", available, 90)
+        # a restarted adapter: the APIService may still read Available, so ask through the aggregator
+        self._ready[adapter.name] = (
+            f"{EXTERNAL_METRICS} answering",
+            lambda: client.exists(EXTERNAL_METRICS) or None,
+            90,
+        )
 
     def _keda_crds(self) -> None:
         """KEDA's namespace and CRDs, applied and waited for until Established."""

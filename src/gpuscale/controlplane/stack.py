@@ -96,6 +96,12 @@ class GpuStack:
             self.plane.processes.append(a.kubelet)
         for a in self.agents.values():
             self.start_agent(a.node.name)
+        self.start_scaler()
+
+    def start_scaler(self) -> None:
+        """The scaler, on its address (the same after a restart: ScaledObjects name it), serving gRPC."""
+        if self.scaler is not None and self.scaler in self.plane.processes:
+            self.plane.processes.remove(self.scaler)
         self.scaler = self._python(
             f"{self.prefix}gpuscale-scaler",
             "gpuscale",
@@ -143,7 +149,9 @@ class GpuStack:
     def _wait_serving(self, proc: Process) -> None:
         def serving() -> bool | None:
             proc.check()
-            return True if _SERVING.search(proc.log_path.read_text(errors="replace")) else None
+            # this start's lines: a restarted process appends to its log, after its command line
+            text = proc.log_path.read_text(errors="replace")
+            return True if _SERVING.search(text, text.rfind("$ " + " ".join(proc.args))) else None
 
         try:
             wait_for(f"{proc.name} serving", serving, 30, fatal=(ComponentFailed,))
@@ -203,6 +211,13 @@ class GpuStack:
         a.agent.kill()
         self.plane.processes.remove(a.agent)
         a.agent = None
+
+    def kill_scaler(self) -> None:
+        """SIGKILL the scaler, as a crash or an OOM kill would; ``start_scaler`` brings it back."""
+        assert self.scaler is not None
+        self.scaler.kill()
+        self.plane.processes.remove(self.scaler)
+        self.scaler = None
 
     def set_load(self, utilization: float, nodes: Mapping[str, float] | None = None) -> None:
         """Every GPU of every node at ``utilization`` %, or per node as ``nodes`` says."""
