@@ -111,7 +111,7 @@ def _write_report(path: Path, d: _Durations, config: pytest.Config) -> None:
         "# Test durations",
         "",
         "Every test's setup + call + teardown against the timeout pytest-timeout gives it, slowest first.",
-        "Written by `scripts/test --durations-report docs/test-durations.md` (the plugin in",
+        "Written by `scripts/test --durations-report=docs/test-durations.md` (the plugin in",
         "`tests/durations.py`); the terminal summary of every run shows the slowest and names any test over",
         "half of its timeout.",
         "",

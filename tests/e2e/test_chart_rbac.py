@@ -13,7 +13,7 @@ import pytest
 
 from gpuscale.controlplane import ControlPlane
 from gpuscale.controlplane.client import wait_for
-from gpuscale.controlplane.launcher import write_kubeconfig
+from gpuscale.controlplane.pki import write_kubeconfig
 from gpuscale.controlplane.stack import GpuStack
 from tests.deploy.helpers import NAMESPACE, find, objects, render_chart
 

@@ -4,7 +4,6 @@ writes the table for the whole set, and the doc's table is today's."""
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import re
 import shutil
@@ -14,10 +13,10 @@ import pytest
 import yaml
 
 from gpuscale.cli import simulate
-from gpuscale.cli.simulate_requests import open_beside
 from gpuscale.errors import UsageError
-from gpuscale.sim import Scenario, parse_scenario, run_scenario
+from gpuscale.sim import Scenario, run_scenario
 from gpuscale.sim.compare import STANDARD_POLICIES, STANDARD_SET, rows, table_markdown
+from tests.sim.shipped import parse_shipped
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "scenarios"
@@ -33,13 +32,8 @@ def cli(*argv: str) -> int:
 
 
 def _parse(text: str) -> Scenario:
-    """A trace of the set, with the files it names (azure-conv's trace, azure-conv-tokens' request log) read
-    beside it, as the CLI does."""
-    return parse_scenario(
-        text,
-        read_text=lambda f: (SCENARIOS / f).read_text(encoding="utf-8"),
-        open_lines=functools.partial(open_beside, SCENARIOS),
-    )
+    """A trace of the set, with the files it names read beside it, as the CLI does."""
+    return parse_shipped(text)
 
 
 def _trigger_text(policy: dict[str, object]) -> str:

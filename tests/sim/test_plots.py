@@ -13,19 +13,16 @@ pytest.importorskip("matplotlib")
 
 from matplotlib.colors import to_hex
 
-from gpuscale.sim import parse_scenario, run_scenario
+from gpuscale.sim import run_scenario
 from gpuscale.sim.compare import STANDARD_SET, rows
 from gpuscale.sim.plot import result_figure, set_figure, styles
+from tests.sim.shipped import parse_shipped
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 
 def _scenario(name: str) -> Any:
-    return parse_scenario(
-        (SCENARIOS / f"{name}.yaml").read_text(encoding="utf-8"),
-        source=name,
-        read_text=lambda f: (SCENARIOS / f).read_text(encoding="utf-8"),  # azure-conv's trace
-    )
+    return parse_shipped((SCENARIOS / f"{name}.yaml").read_text(encoding="utf-8"), source=name)
 
 
 def _set_policies() -> list[str]:

@@ -14,6 +14,7 @@ import pytest
 
 from gpuscale.cli import simulate
 from gpuscale.sim import parse_scenario, run_scenario
+from tests.sim.shipped import parse_shipped
 
 from .scenario_text import head, policy
 
@@ -30,11 +31,7 @@ def cli(*argv: str) -> int:
 
 def load(name: str) -> object:
     """A shipped scenario, with the files it names (azure-conv's trace) read beside it, as the CLI does."""
-    return parse_scenario(
-        (SCENARIOS / name).read_text(encoding="utf-8"),
-        source=name,
-        read_text=lambda f: (SCENARIOS / f).read_text(encoding="utf-8"),
-    )
+    return parse_shipped((SCENARIOS / name).read_text(encoding="utf-8"), source=name)
 
 
 @pytest.mark.parametrize(

@@ -23,16 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..demo.processes import free_ports
 from .build import Binaries
 from .client import KubeClient, load_documents, wait_for
 from .components import Process, http_ok, insecure_context, start_process
 from .errors import ComponentFailed
-from .pki import Pki, make_pki
+from .pki import Pki, make_pki, write_kubeconfig
 
-__all__ = ["CONTROLLERS", "ControlPlane", "GpuNode", "write_kubeconfig"]
+__all__ = ["CONTROLLERS", "ControlPlane", "GpuNode"]
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -59,37 +57,6 @@ class GpuNode:
     name: str
     gpus: int = 4
     labels: dict[str, str] = field(default_factory=dict)
-
-
-def write_kubeconfig(
-    path: Path,
-    server: str,
-    ca: Path,
-    *,
-    user: str,
-    cert: Path | None = None,
-    key: Path | None = None,
-    token: str | None = None,
-    namespace: str = "default",
-) -> Path:
-    creds: dict[str, Any] = {}
-    if cert is not None and key is not None:
-        creds = {"client-certificate": str(cert), "client-key": str(key)}
-    if token is not None:
-        creds["token"] = token
-    doc = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "gpuscale", "cluster": {"server": server, "certificate-authority": str(ca)}}],
-        "users": [{"name": user, "user": creds}],
-        "contexts": [
-            {"name": user, "context": {"cluster": "gpuscale", "user": user, "namespace": namespace}}
-        ],
-        "current-context": user,
-    }
-    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-    path.chmod(0o600)
-    return path
 
 
 class ControlPlane:

@@ -12,13 +12,15 @@ import datetime
 import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["Pki", "make_pki", "sign_client"]
+__all__ = ["Pki", "make_pki", "sign_client", "write_kubeconfig"]
 
 _DAYS = 30
 
@@ -208,3 +210,36 @@ def make_pki(directory: Path) -> Pki:
         sa_pub=d / "sa.pub",
         keda_dir=keda,
     )
+
+
+def write_kubeconfig(
+    path: Path,
+    server: str,
+    ca: Path,
+    *,
+    user: str,
+    cert: Path | None = None,
+    key: Path | None = None,
+    token: str | None = None,
+    namespace: str = "default",
+) -> Path:
+    """A kubeconfig at ``path`` (mode 0600) for ``user`` against ``server`` with its CA, by client
+    certificate or by token."""
+    creds: dict[str, Any] = {}
+    if cert is not None and key is not None:
+        creds = {"client-certificate": str(cert), "client-key": str(key)}
+    if token is not None:
+        creds["token"] = token
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "gpuscale", "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        "users": [{"name": user, "user": creds}],
+        "contexts": [
+            {"name": user, "context": {"cluster": "gpuscale", "user": user, "namespace": namespace}}
+        ],
+        "current-context": user,
+    }
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    path.chmod(0o600)
+    return path
