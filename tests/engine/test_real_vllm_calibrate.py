@@ -1,7 +1,7 @@
 """``gpuscale calibrate`` against the real vLLM under a load the test drives: one request at a time, then four
 at once (closed loops: each client sends its next request when its last one ends), one window each, the first
-saved with ``--save`` and given back as ``--before``/``--after``. The block it writes loads in the simulator,
-and its figures are the engine's: ``maxNumSeqs`` the server's, the KV cache the server's blocks where
+saved with ``--save`` and given back as ``--before``/``--after``. The block it writes (``--partial``: the
+slope may be refused, below) loads in the simulator, and its figures are the engine's: ``maxNumSeqs`` the server's, the KV cache the server's blocks where
 ``vllm:cache_config_info`` says them (else the flag), a decode step that fits in the requests the clients
 timed."""
 
@@ -86,12 +86,20 @@ async def test_calibrate_writes_a_preset_of_the_real_vllm(
         block_size = re.search(r'[{,]block_size="(\d+)"', (first / "before.txt").read_text())
         kv = [] if blocks else ["--kv-cache-tokens", str(KV_BLOCKS * 128)]
         saved = ["--before", str(first / "before.txt"), "--after", str(first / "after.txt")]
-        flags = ["--max-num-seqs", str(MAX_NUM_SEQS), *kv, "--out", str(out)]
+        flags = ["--max-num-seqs", str(MAX_NUM_SEQS), *kv, "--out", str(out), "--partial"]
         code = await window(load, MAX_NUM_SEQS, [*saved, *engine, *flags])
         await load.drain()
     assert code == 0, capsys.readouterr().err
     assert not load.errors, load.errors
     block = out.read_text()
+    if "  # decodeStepSecondsPerSequence: missing:" in block:
+        # the CPU build's decode step need not grow from one sequence of the tiny model to four (per-step
+        # overhead sets it, not compute): calibrate says so, with both steps, rather than write a slope
+        assert "fell by" in block and "step(1)" in block, block
+        block = block.replace(
+            "  # decodeStepSecondsPerSequence: missing:", "  decodeStepSecondsPerSequence: 0  #"
+        )
+    assert ": missing:" not in block, block  # every other figure derived
     params = load_block(block)
     assert params.max_num_seqs == MAX_NUM_SEQS
     if blocks is not None:
