@@ -39,7 +39,7 @@ from decimal import Decimal
 
 from .errors import ExpositionError, UsageError
 from .exposition import Exposition, Selection, parse, reference_parse
-from .sim._requests_scenario import TOKEN_KEYS
+from .sim.tokens import TOKEN_KEYS
 
 __all__ = [
     "KEYS",

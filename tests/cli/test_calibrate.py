@@ -9,10 +9,8 @@ scenario parser. Saved bodies give the same figures; every bad input is one line
 from __future__ import annotations
 
 import asyncio
-import io
 import re
 import socket
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,8 +22,7 @@ from gpuscale.calibrate import FINISHED, Given, Reading, Window
 from gpuscale.calibrate import calibrate as calibrate_windows
 from gpuscale.cli import build_parser, main
 from gpuscale.cli.calibrate import run_async
-from gpuscale.sim import parse_scenario
-from gpuscale.sim.tokens import TokenParams
+from tests.calibrated import load_block
 
 T0 = 1_700_000_000.0
 ITL = "vllm:inter_token_latency_seconds"
@@ -36,24 +33,6 @@ SLOPE = MOCK.itl_s / MOCK.max_num_seqs  # 0.000625 s a sequence
 TOLERANCE = 0.01  # relative, every derived figure against the mock's (fake clock and saved bodies)
 REAL_TIME_TOLERANCE = 0.05  # relative, the batch and step measured over a real 1.5 s window
 KV_BLOCKS = 1000  # written into vllm:cache_config_info where a test says the engine exposes it
-LOG = "seconds,prompt_tokens,output_tokens\n0,512,128\n1,512,128\n"
-
-
-def load(block: str) -> TokenParams:
-    """The block as a scenario's ``workload.tokens``, through the simulator's parser."""
-    text = f"""
-name: calibrated
-durationSeconds: 10
-workload:
-  replicaModel: tokens
-{textwrap.indent(block, "  ")}demand: {{shape: requests, file: log.csv}}
-policies:
-  - name: o
-    oracle: {{maxReplicas: 4}}
-"""
-    tokens = parse_scenario(text, open_lines=lambda name: io.StringIO(LOG)).workload.tokens
-    assert tokens is not None
-    return tokens
 
 
 def comments(block: str) -> dict[str, str]:
@@ -114,7 +93,7 @@ async def test_two_windows_of_the_mock_give_its_figures(
     finally:
         await server.close()
     block = (tmp_path / "p.yaml").read_text()
-    params = load(block)
+    params = load_block(block)
     assert params.prefill_tokens_per_second == pytest.approx(PREFILL, rel=TOLERANCE)
     assert params.decode_step_seconds == pytest.approx(STEP, rel=TOLERANCE)
     assert params.decode_step_seconds_per_sequence == pytest.approx(SLOPE, rel=TOLERANCE)
@@ -209,7 +188,7 @@ def test_saved_bodies_give_the_same_figures_and_the_cache_from_its_config(
         argv += ["--before", str(tmp_path / a), "--after", str(tmp_path / b)]
     assert main(argv) == 0
     block = capsys.readouterr().out
-    params = load(block)
+    params = load_block(block)
     assert params.prefill_tokens_per_second == pytest.approx(PREFILL, rel=TOLERANCE)
     assert params.decode_step_seconds == pytest.approx(STEP, rel=TOLERANCE)
     assert params.decode_step_seconds_per_sequence == pytest.approx(SLOPE, rel=TOLERANCE)

@@ -13,7 +13,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import yaml
 
@@ -289,22 +289,24 @@ def selectorless_service(
     )
 
 
-class ModelLoading:
-    """Holds the pods of ``app`` not Ready, as a model server is while it loads its model (minutes): kwok
-    makes a pod Ready the moment it is scheduled, with no engine behind it. In a background thread, every
-    ``interval`` s, each Running pod that kwok made Ready is set back to Ready False (reason ``ModelLoading``)
-    through its status; kwok's stages act on Pending pods only, so it stays so. ``loading``: the pods set
-    back. A context manager."""
+class Background:
+    """A loop in a daemon thread while a ``with`` block runs: ``tick`` every ``interval`` s, a tick that fails
+    (the API server restarting, etcd paused) tried again at the next; ``first`` once, before the caller goes
+    on; on leaving, the loop stops and the thread is joined for ``join_s`` at most."""
 
-    def __init__(self, client: KubeClient, namespace: str, app: str, interval: float = 0.1) -> None:
-        self.client, self.namespace, self.app, self.interval = client, namespace, app, interval
-        self.loading: set[str] = set()
+    def __init__(self, name: str, interval: float, join_s: float = 15.0) -> None:
+        self.interval, self._join_s = interval, join_s
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"model loading {namespace}/{app}", daemon=True
-        )
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
-    def __enter__(self) -> ModelLoading:
+    def first(self) -> None:
+        """What the loop must have done before the ``with`` block starts (nothing by default)."""
+
+    def tick(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.first()
         self._thread.start()
         return self
 
@@ -312,16 +314,32 @@ class ModelLoading:
         self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._stop.set()
-        self._thread.join(10)
+        self._thread.join(self._join_s)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             try:
-                for pod in running_pods(self.client, self.namespace, self.app):
-                    if condition(pod, "Ready") == "True":
-                        self._hold(pod)
-            except Exception:  # the API busy, or a pod gone meanwhile: the next round sees
+                self.tick()
+            except Exception:  # the API server down or slow, a pod gone meanwhile: the next tick sees
                 continue
+
+
+class ModelLoading(Background):
+    """Holds the pods of ``app`` not Ready, as a model server is while it loads its model (minutes): kwok
+    makes a pod Ready the moment it is scheduled, with no engine behind it. In a background thread, every
+    ``interval`` s, each Running pod that kwok made Ready is set back to Ready False (reason ``ModelLoading``)
+    through its status; kwok's stages act on Pending pods only, so it stays so. ``loading``: the pods set
+    back. A context manager."""
+
+    def __init__(self, client: KubeClient, namespace: str, app: str, interval: float = 0.1) -> None:
+        super().__init__(f"model loading {namespace}/{app}", interval, join_s=10)
+        self.client, self.namespace, self.app = client, namespace, app
+        self.loading: set[str] = set()
+
+    def tick(self) -> None:
+        for pod in running_pods(self.client, self.namespace, self.app):
+            if condition(pod, "Ready") == "True":
+                self._hold(pod)
 
     def _hold(self, pod: Json) -> None:
         name = pod["metadata"]["name"]
@@ -340,7 +358,7 @@ class ModelLoading:
         self.loading.add(name)
 
 
-class ReplicaRecord:
+class ReplicaRecord(Background):
     """Every ``spec.replicas`` the API server records for Deployment ``namespace/name`` while it runs: in a
     background thread, the Deployment read every ``interval`` s, each new ``metadata.generation`` kept with
     its ``spec.replicas`` and the ``time.monotonic()`` it was first read at (``seen``). Every change of the
@@ -349,32 +367,16 @@ class ReplicaRecord:
     restarting, etcd paused) is tried again; nothing can change the record meanwhile. A context manager."""
 
     def __init__(self, client: KubeClient, namespace: str, name: str, interval: float = 0.2) -> None:
-        self.client, self.namespace, self.name, self.interval = client, namespace, name, interval
+        super().__init__(f"replicas {namespace}/{name}", interval)
+        self.client, self.namespace, self.name = client, namespace, name
         self.seen: list[tuple[float, int, int]] = []  # (first read at, generation, spec.replicas)
         self.unseen: list[tuple[int, int]] = []  # (last generation seen, the next one read)
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"replicas {namespace}/{name}", daemon=True)
 
-    def __enter__(self) -> ReplicaRecord:
-        self._read()  # the first entry before the caller goes on
-        self._thread.start()
-        return self
+    def first(self) -> None:
+        self.tick()  # the first entry before the caller goes on
 
-    def __exit__(
-        self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._stop.set()
-        self._thread.join(15)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self._read()
-            except Exception:  # the API server down or slow: the generation says what was missed
-                continue
-
-    def _read(self) -> None:
+    def tick(self) -> None:  # a read that fails is tried again: the generation says what was missed
         obj = self.client.get(f"/apis/apps/v1/namespaces/{self.namespace}/deployments/{self.name}")
         generation, replicas = int(obj["metadata"]["generation"]), int(obj["spec"].get("replicas", 1))
         now = time.monotonic()

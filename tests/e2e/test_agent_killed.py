@@ -45,7 +45,12 @@ def test_a_killed_agent_holds_the_replicas_then_keda_falls_back(gpus: GpuStack) 
         history: list[int] = []
         wait_replicas(client, ns, "steady", lambda n: n == 3, 120, what="== 3 (fallback)", history=history)
         assert min(history) >= 2, f"scaled down while the agent was gone: {history}"
-        status = scaled_object(client, ns, "steady")
+        # the operator sets the condition on its own reconcile, which may come after the HPA's scale
+        status = wait_for(
+            "KEDA's Fallback condition",
+            lambda: s if condition(s := scaled_object(client, ns, "steady"), "Fallback") == "True" else None,
+            30,
+        )
         assert condition(status, "Fallback") == "True", status["status"]
         health = status["status"].get("health", {})
         assert any(h.get("status") == "Failing" for h in health.values()), health

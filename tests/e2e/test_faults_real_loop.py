@@ -43,7 +43,6 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import pytest
@@ -54,6 +53,7 @@ from gpuscale.controlplane.components import Process
 from gpuscale.controlplane.stack import GpuStack
 
 from .helpers import (
+    Background,
     ReplicaRecord,
     condition,
     fast_scale_down,
@@ -96,42 +96,29 @@ BYSTANDER = Workload("faults-b", "bystander", 2, 95.0, "b", 4)
 TIMEOUT_S = 180
 
 
-class Demand:
+class Demand(Background):
     """The load: each workload's demand shared evenly by its running pods, as a served workload's is (a
     replica more, a smaller share each), on its pool's nodes. The pods are counted again every 0.5 s; while
     the API server cannot be read the last count stands. ``set`` moves a workload's demand at once. A
     context manager."""
 
     def __init__(self, stack: GpuStack, workloads: tuple[Workload, ...]) -> None:
+        super().__init__("demand", 0.5)
         self.stack = stack
         self.demand = {w: w.demand for w in workloads}
         self._pods = dict.fromkeys(workloads, 0)
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="demand", daemon=True)
 
-    def __enter__(self) -> Demand:
+    def first(self) -> None:
         self._count(write=True)
-        self._thread.start()
-        return self
 
-    def __exit__(
-        self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._stop.set()
-        self._thread.join(15)
+    def tick(self) -> None:  # while the API server cannot be read, the load stays as it is
+        self._count()
 
     def set(self, w: Workload, demand: float) -> None:
         with self._lock:
             self.demand[w] = demand
             self._write()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.5):
-            try:
-                self._count()
-            except Exception:  # the API server down or slow: the load stays as it is
-                continue
 
     def _count(self, *, write: bool = False) -> None:
         client = self.stack.plane.client
@@ -145,32 +132,20 @@ class Demand:
         self.stack.set_load(0.0, {n: self.demand[w] / self._pods[w] for w in self._pods for n in w.nodes})
 
 
-class Shown:
+class Shown(Background):
     """What the loop showed for a workload every 0.5 s, as ``kubectl describe`` and the scaler's
     ``/metrics`` would: KEDA's ``Fallback`` condition and trigger health, the HPA's ``ScalingActive``, the
     scaler's last ``GetMetrics`` code and missing pods; ``api``/``scaler`` ``unreachable`` when they did
     not answer. A context manager."""
 
     def __init__(self, stack: GpuStack, w: Workload) -> None:
+        super().__init__(f"shown {w.name}", 0.5)
         self.stack, self.w = stack, w
         self.seen: list[tuple[float, dict[str, str]]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"shown {w.name}", daemon=True)
 
-    def __enter__(self) -> Shown:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._stop.set()
-        self._thread.join(15)
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.5):
-            now = self.observe()
-            self.seen.append((time.monotonic(), now))
+    def tick(self) -> None:
+        now = self.observe()
+        self.seen.append((time.monotonic(), now))
 
     def observe(self) -> dict[str, str]:
         client, w = self.stack.plane.client, self.w

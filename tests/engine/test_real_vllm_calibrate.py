@@ -8,18 +8,15 @@ timed."""
 from __future__ import annotations
 
 import asyncio
-import io
 import re
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
 from gpuscale.cli import main
-from gpuscale.sim import parse_scenario
-from gpuscale.sim.tokens import TokenParams
 from gpuscale.vllmcpu import VllmServer
+from tests.calibrated import load_block
 from tests.engine.conftest import KV_BLOCKS, MAX_NUM_SEQS
 from tests.engine.load import Load, client_session
 from tests.engine.pods import vllm_apart  # noqa: F401  (a fixture)
@@ -29,23 +26,6 @@ pytestmark = pytest.mark.usefixtures("vllm_apart")
 TOKENS = 100  # prompt and answer fit in one KV block (the CPU build's hold 128 tokens): no preemption
 WINDOW = 6.0  # seconds each window measures
 WARM = 1.0  # seconds of load before a window starts
-LOG = "seconds,prompt_tokens,output_tokens\n0,8,100\n"
-
-
-def load_block(block: str) -> TokenParams:
-    text = f"""
-name: calibrated
-durationSeconds: 10
-workload:
-  replicaModel: tokens
-{textwrap.indent(block, "  ")}demand: {{shape: requests, file: log.csv}}
-policies:
-  - name: o
-    oracle: {{maxReplicas: 4}}
-"""
-    tokens = parse_scenario(text, open_lines=lambda name: io.StringIO(LOG)).workload.tokens
-    assert tokens is not None
-    return tokens
 
 
 async def closed_loops(load: Load, clients: int, seconds: float) -> None:

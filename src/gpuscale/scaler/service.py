@@ -48,7 +48,7 @@ from ..scaling.keys import ENGINE_METRICS
 from ..scaling.metadata import MetadataCache, TriggerMetadata, metric_name, target
 from ..scaling.requestpath import RequestPath, demand
 from ..scaling.selector import LabelSelector, parse_selector
-from ..scaling.view import GpuPod, WorkloadView, learn_cold_starts, merge_listed_pods
+from ..scaling.view import GpuPod, ListedPod, WorkloadView, learn_cold_starts, merge_listed_pods
 from .errors import MetadataError, SelectorError
 from .explain import explain
 from .metrics import ScalerMetrics
@@ -95,28 +95,11 @@ class SelectorResolver(Protocol):
 class PodLister(Protocol):
     """``kube.workload_pods.WorkloadPodLister``: a workload's GPU pods as the Kubernetes API lists them."""
 
-    def cached(self, namespace: str, selector: str) -> Sequence[ApiPod] | None: ...
+    def cached(self, namespace: str, selector: str) -> Sequence[ListedPod] | None: ...
 
     def replicas(self, namespace: str, selector: str) -> int | None: ...
 
     async def refresh(self, namespace: str, selector: str) -> None: ...
-
-
-class ApiPod(Protocol):
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def node(self) -> str: ...
-
-    @property
-    def ready(self) -> bool | None: ...
-
-    @property
-    def scheduled_at(self) -> float | None: ...
-
-    @property
-    def ready_at(self) -> float | None: ...
 
 
 class ExternalScalerService(pb_grpc.ExternalScalerServicer):
@@ -361,7 +344,7 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         replicas = self.pods.replicas(query.namespace or "", selector)
         return self._with_api_pods(query, selection.gpu_pods), replicas
 
-    def _listed(self, query: Query) -> Sequence[ApiPod] | None:
+    def _listed(self, query: Query) -> Sequence[ListedPod] | None:
         """The workload's GPU pods as the API's last list has them (``None``: no list, or not workload
         scope)."""
         if query.scope != "workload" or self.pods is None:

@@ -127,7 +127,7 @@ def all_loading(md: TriggerMetadata, loading: int, replicas: int | None) -> Eval
 
 
 def uncap(
-    md: TriggerMetadata, result: Evaluation, engines: Sequence[EngineSeries], signals: Signals, now: float
+    md: TriggerMetadata, result: Evaluation, engines: Sequence[EngineSeries], signals: Signals
 ) -> Evaluation:
     """GPU utilization saturates at 100 %: it says what is served, not what is asked. Where the engines of
     every pod the answer counts say both (``demand_ratio``), the answer is the utilization the demand would
@@ -135,7 +135,7 @@ def uncap(
     raises the answer: a draining queue (fewer arriving than served) leaves the utilization as it is."""
     if not engines or not result.fresh_pods:
         return result
-    ratio = demand_ratio(md, engines, result.fresh_pods, now, signals)
+    ratio = demand_ratio(md, engines, result.fresh_pods, signals)
     if ratio is None or ratio <= 1.0 + HPA_TOLERANCE:
         return result
     return _changed(result, result.value * ratio, Decision.UNCAPPED, f"(x{ratio:.2f})")
@@ -348,7 +348,7 @@ def gpu_steps(
     if result.missing or result.pods == 0:
         return result
     if md.metric == "gpu_utilization" and md.engine_demand != "off":
-        result = uncap(md, result, view.engines, signals, now)
+        result = uncap(md, result, view.engines, signals)
     count = replica_count(result, view.replicas)
     if ceil_ratio(result.value, md.target_value) >= count:
         return result  # not a scale-down: the guard has nothing to hold (and the newest value is not needed)

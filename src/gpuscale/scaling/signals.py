@@ -62,8 +62,7 @@ def demand_ratio(
     md: TriggerMetadata,
     engines: Sequence[EngineSeries],
     pods: frozenset[str],
-    now: float,
-    signals: Signals | None = None,
+    signals: Signals,
 ) -> float | None:
     """What the engines of ``pods`` are asked over what they serve, over the trigger's window: the requests
     arriving per second (``request_rate``'s arrivals: finished + the growth of those waiting and running)
@@ -72,7 +71,6 @@ def demand_ratio(
     says both (the finished counter and the queue gauges), some request was served and some are waiting
     (with nothing waiting the engines keep up: whatever the counters say, the GPUs are not what caps the
     answer)."""
-    signals = signals if signals is not None else Signals(now)
     by_pod = {e.pod: e for e in engines if not e.departed}
     arriving = served = waiting = 0.0
     rate_md = derived(md, metric="request_rate")

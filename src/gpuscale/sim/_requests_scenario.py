@@ -12,20 +12,12 @@ from typing import cast
 
 from ._check import Checker
 from .requests import FORMATS, Format, LogStats, RequestLog, RequestLogError, RequestsDemand, log_stats
-from .tokens import PRESETS, TokenParams, capacity_per_replica
+from .tokens import PRESETS, TOKEN_KEYS, TokenParams, capacity_per_replica
 from .workload import DemandShape, Workload
 
-__all__ = ["REQUESTS_FIELDS", "TOKEN_KEYS", "finish_workload", "parse_requests", "parse_tokens"]
+__all__ = ["REQUESTS_FIELDS", "finish_workload", "parse_requests", "parse_tokens"]
 
 REQUESTS_FIELDS = ("file", "format", "rateScale", "timeScale", "seed", "model")
-TOKEN_KEYS = (
-    "preset",
-    "prefillTokensPerSecond",
-    "decodeStepSeconds",
-    "decodeStepSecondsPerSequence",
-    "maxNumSeqs",
-    "kvCacheTokens",
-)
 
 OpenLines = Callable[[str], Iterable[str]]
 

@@ -13,7 +13,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["PRESETS", "PRESET_GPUS", "TokenParams", "capacity_per_replica", "saturated_batch"]
+__all__ = ["PRESETS", "PRESET_GPUS", "TOKEN_KEYS", "TokenParams", "capacity_per_replica", "saturated_batch"]
+
+# ``workload.tokens``'s keys: a preset, then the parameters in the order the docs give them
+TOKEN_KEYS = (
+    "preset",
+    "prefillTokensPerSecond",
+    "decodeStepSeconds",
+    "decodeStepSecondsPerSequence",
+    "maxNumSeqs",
+    "kvCacheTokens",
+)
 
 
 @dataclass(frozen=True)
